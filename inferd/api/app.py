@@ -1,0 +1,92 @@
+"""create_app(settings, service): the FastAPI app, its middleware and its error handlers."""
+
+from __future__ import annotations
+
+import contextlib
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+
+from inferd import __version__
+from inferd.api import control
+from inferd.api.antfly import routes as antfly_routes
+from inferd.api.errors import error_response, family_of
+from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
+from inferd.api.ollama import routes as ollama_routes
+from inferd.api.openai import routes as openai_routes
+from inferd.config import Settings
+from inferd.errors import InferdError, InvalidInput, NotFound
+from inferd.service import InferenceService
+
+ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router]
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """One readable sentence from pydantic's error list, plus the offending parameter."""
+    errs = exc.errors()
+    if not errs:
+        return "invalid request body", None
+    e = errs[0]
+    if e.get("type") == "json_invalid":
+        detail = (e.get("ctx") or {}).get("error", "")
+        return f"malformed JSON body{': ' + str(detail) if detail else ''}", None
+    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    msg = e.get("msg", "invalid value")
+    if e.get("type") == "missing":
+        return f"'{param}' is required", param
+    more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    return (f"{param}: {msg}" if param else msg) + more, param
+
+
+def create_app(settings: Settings, service: InferenceService | None = None) -> FastAPI:
+    service = service or InferenceService.from_settings(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.close()
+
+    app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.state.service = service
+    app.state.settings = settings
+
+    @app.exception_handler(InferdError)
+    async def _domain(request: Request, exc: InferdError):
+        return error_response(exc, family_of(request.url.path))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        msg, param = validation_message(exc)
+        return error_response(InvalidInput(msg, param), family_of(request.url.path))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            err: InferdError = NotFound(f"no route {request.method} {request.url.path}")
+        elif exc.status_code == 405:
+            err = InvalidInput(f"method {request.method} not allowed on {request.url.path}")
+        else:
+            err = InvalidInput(str(exc.detail))
+        return error_response(err, family_of(request.url.path), status=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        return error_response(exc, family_of(request.url.path))
+
+    for r in ROUTERS:
+        app.include_router(r)
+
+    # Outermost last: RequestContext sees every response, including auth and size refusals.
+    app.add_middleware(JsonByDefault)
+    if settings.api_key is not None:
+        app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                       allow_headers=["*"], expose_headers=["x-request-id", "retry-after"])
+    app.add_middleware(RequestContext, metrics=service.metrics)
+    return app

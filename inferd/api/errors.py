@@ -1,0 +1,86 @@
+"""THE error table: every domain error -> HTTP status and body, for each API family.
+
+Families: `openai` (also the control routes; GenAIServer/openai-server envelope
+{"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), and `antfly`
+({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?})."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed,
+                           InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
+                           NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized)
+
+log = logging.getLogger("inferd.api")
+
+# class -> (status, openai type, antfly code). Lookup walks the MRO, so subclasses inherit.
+TABLE: dict[type[BaseException], tuple[int, str, str]] = {
+    InvalidInput: (400, "invalid_request_error", "INVALID_REQUEST"),
+    ContextOverflow: (400, "invalid_request_error", "CONTEXT_LENGTH_EXCEEDED"),
+    ModelNotSupported: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
+    CapabilityMissing: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
+    Unauthorized: (401, "authentication_error", "UNAUTHORIZED"),
+    ModelNotFound: (404, "not_found_error", "MODEL_NOT_FOUND"),
+    NotFound: (404, "not_found_error", "NOT_FOUND"),
+    PayloadTooLarge: (413, "invalid_request_error", "PAYLOAD_TOO_LARGE"),
+    Cancelled: (499, "cancelled", "CANCELLED"),
+    ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
+    InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
+    NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
+    Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
+    MemoryBudgetExceeded: (507, "server_error", "MEMORY_BUDGET_EXCEEDED"),
+}
+_INTERNAL = (500, "server_error", "INTERNAL_ERROR")
+
+
+def family_of(path: str) -> str:
+    if path.startswith("/api/"):
+        return "ollama"
+    if path.startswith(("/ai/", "/ml/")):
+        return "antfly"
+    return "openai"
+
+
+def classify(exc: BaseException) -> tuple[int, str, str]:
+    for cls in type(exc).__mro__:
+        if cls in TABLE:
+            return TABLE[cls]
+    return _INTERNAL
+
+
+def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, body, extra headers) for `exc` in `family`'s envelope. Pure."""
+    status, oai_type, code = classify(exc)
+    message = exc.message if isinstance(exc, InferdError) else "internal server error"
+    headers: dict[str, str] = {}
+    if isinstance(exc, Overloaded):
+        headers["Retry-After"] = str(max(1, -(-exc.retry_after_ms // 1000)))
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    if family == "ollama":
+        return status, {"error": message}, headers
+    if family == "antfly":
+        body: dict[str, Any] = {"error": code, "message": message}
+        if isinstance(exc, Overloaded):
+            body.update(reason="inference_capacity", retryable=True, retry_after_ms=exc.retry_after_ms)
+        elif isinstance(exc, InferdError) and exc.retryable:
+            body["retryable"] = True
+        return status, body, headers
+    err: dict[str, Any] = {"message": message, "type": oai_type, "param": getattr(exc, "param", None),
+                           "code": code.lower()}
+    if isinstance(exc, Overloaded):
+        err["retry_after_ms"] = exc.retry_after_ms
+    return status, {"error": err}, headers
+
+
+def error_response(exc: BaseException, family: str, status: int | None = None) -> JSONResponse:
+    """The JSON error response; `status` overrides the table (405 from the router)."""
+    table_status, body, headers = error_body(exc, family)
+    status = status or table_status
+    if status >= 500 and not isinstance(exc, InferdError):
+        log.error("unhandled error", exc_info=exc)
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,126 @@
+"""Pure ASGI middleware (streaming-safe): request ids + access log, API-key auth, body limit."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inferd.api.errors import error_response, family_of
+from inferd.errors import PayloadTooLarge, Unauthorized
+from inferd.logs import request_id
+from inferd.metrics import Metrics
+
+log = logging.getLogger("inferd.access")
+
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/healthz", "/readyz", "/"})
+
+
+class RequestContext:
+    """Tags the request with an id (incoming X-Request-ID or a new one), echoes it back,
+    logs one access line and counts the request for /metrics."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
+        token = request_id.set(rid)
+        status, t0 = 500, time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            dt = time.perf_counter() - t0
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe_request(scope["method"], route, status, dt)
+            log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, dt * 1000,
+                     extra={"method": scope["method"], "path": scope["path"], "status": status,
+                            "duration_ms": round(dt * 1000, 2)})
+            request_id.reset(token)
+
+
+class ApiKeyAuth:
+    """Every route but health needs `Authorization: Bearer KEY` (constant-time compare)."""
+
+    def __init__(self, app: ASGIApp, api_key: str):
+        self.app, self.key = app, api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        auth = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, given = auth.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.key):
+            return await self.app(scope, receive, send)
+        await error_response(Unauthorized(), family_of(scope["path"]))(scope, receive, send)
+
+
+class BodyLimit:
+    """413 before parsing: by Content-Length when given, else by counting streamed bytes."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max = app, max_bytes
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(f"request body exceeds the limit of {self.max} bytes (--max-body-bytes)")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max:
+            return await error_response(self._too_large(), family_of(scope["path"]))(scope, receive, send)
+        seen, over = 0, False
+
+        async def counting_receive() -> Message:
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max:
+                    over = True  # the framework turns this into its own 400; send_413 replaces it
+                    raise self._too_large()
+            return message
+
+        refusal = None
+
+        async def send_413(message: Message) -> None:
+            nonlocal refusal
+            if not over:
+                return await send(message)
+            if refusal is None:
+                refusal = error_response(self._too_large(), family_of(scope["path"]))
+                await refusal({**scope}, receive, send)
+
+        await self.app(scope, counting_receive, send_413)
+
+
+class JsonByDefault:
+    """`curl -d '{...}'` sends application/x-www-form-urlencoded; every JSON API server users
+    know (llama-server, Ollama) parses such bodies as JSON anyway, so we do too."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            ctype = dict(scope["headers"]).get(b"content-type", b"")
+            if not ctype or ctype.startswith(b"application/x-www-form-urlencoded"):
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)

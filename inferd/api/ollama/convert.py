@@ -1,0 +1,72 @@
+"""Engine -> Ollama wire shapes. Pure functions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from typing import Any
+
+from inferd.registry.spec import ModelKind, ModelSpec
+
+# Ollama serves chat/generate models and embedding models; other kinds are not its business.
+OLLAMA_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER)
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _mtime(spec: ModelSpec, default: float) -> float:
+    try:
+        return spec.path.stat().st_mtime if spec.path else default
+    except OSError:
+        return default
+
+
+def digest(spec: ModelSpec) -> str:
+    # Identity of the file set, not a content hash: hashing GBs of weights per listing is waste.
+    key = f"{spec.name}:{spec.path}:{spec.size_bytes}:{_mtime(spec, 0)}"
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def details(spec: ModelSpec) -> dict[str, Any]:
+    m = spec.manifest
+    return {"parent_model": "", "format": spec.format, "family": spec.family, "families": [spec.family],
+            "parameter_size": str(m.get("parameter_size", "")), "quantization_level": str(m.get("quantization", ""))}
+
+
+def ollama_capabilities(spec: ModelSpec) -> list[str]:
+    if spec.kind is ModelKind.EMBEDDER:
+        return ["embedding"]
+    caps = ["completion"]
+    caps += [c for c in ("tools", "thinking", "vision") if c in spec.capabilities]
+    return caps
+
+
+def tag(spec: ModelSpec, started_at: float) -> dict[str, Any]:
+    return {"name": spec.name, "model": spec.name, "modified_at": iso(_mtime(spec, started_at)),
+            "size": spec.size_bytes, "digest": digest(spec), "details": details(spec)}
+
+
+def tags(specs: list[ModelSpec], started_at: float) -> dict[str, Any]:
+    return {"models": [tag(s, started_at) for s in specs]}
+
+
+def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
+    out = []
+    for e in loaded:
+        spec: ModelSpec = e["spec"]
+        if spec.kind not in OLLAMA_KINDS:
+            continue
+        exp = e["expires_at"]
+        out.append({"name": spec.name, "model": spec.name, "size": spec.size_bytes, "digest": digest(spec),
+                    "details": details(spec), "size_vram": 0,
+                    # Ollama reports a far-future time for models kept forever.
+                    "expires_at": iso(exp) if exp is not None else "2318-01-01T00:00:00Z"})
+    return {"models": out}
+
+
+def show(spec: ModelSpec, started_at: float) -> dict[str, Any]:
+    return {"modelfile": f"FROM {spec.path or spec.name}\n", "parameters": "", "template": "",
+            "details": details(spec), "model_info": {"general.architecture": spec.family},
+            "capabilities": ollama_capabilities(spec), "modified_at": iso(_mtime(spec, started_at))}

@@ -1,0 +1,23 @@
+"""OpenAI face: /v1/... (and the unversioned aliases llama-server clients use)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from inferd.api.deps import get_service
+from inferd.api.openai import convert
+from inferd.service import InferenceService
+
+router = APIRouter()
+
+
+@router.get("/v1/models")
+@router.get("/models")
+async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
+    return convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at))
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
+    spec = svc.registry.resolve(model_id, convert.OPENAI_KINDS)
+    return convert.model_entry(spec, int(svc.started_at))

@@ -1,0 +1,130 @@
+"""inferd command line: `inferd serve`, `inferd models`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from inferd import __version__
+from inferd.config import Settings, load_settings
+from inferd.errors import ConfigError
+
+log = logging.getLogger("inferd")
+
+
+
+def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+    """Flags shared by `serve` and `models`. Unset flags stay None so env/config can apply."""
+    a = p.add_argument
+    a("--config", help="TOML or JSON config file (env: INFERD_CONFIG)")
+    a("--models-dir", help="Antfly-layout models folder (default ~/.inferd/models)")
+    a("--ml-dir", help="tabular predictors folder (default ~/.inferd/ml)")
+    a("--model", action="append", dest="models", metavar="[KIND:]NAME=PATH",
+      help="serve one more model by hand; repeatable")
+    a("--no-builtins", action="store_const", const=False, dest="builtins",
+      help="serve only configured models (plus the `fixed` chunker)")
+
+
+def _serve_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--host", help="bind address (default 127.0.0.1)")
+    a("--port", type=int, help="port (default 8080)")
+    a("--api-key", help="require Authorization: Bearer KEY on every route but health")
+    a("--allow-insecure-public-bind", action="store_const", const=True, default=None,
+      help="allow a non-loopback --host (inferd has no TLS)")
+    a("--keep-alive", help="unload a model this long after its last use (300, 5m, 1h; -1 = never)")
+    a("--max-loaded-models", type=int)
+    a("--max-concurrent-requests", type=int)
+    a("--max-queued-requests", type=int)
+    a("--queue-timeout", help="longest wait in the admission queue before a 503")
+    a("--max-body-bytes", type=int)
+    a("--parallel", type=int, help="generation slots per model (default 4)")
+    a("--threads", type=int, help="CPU threads per runtime (default: all cores)")
+    a("--max-batch-tokens", type=int, help="token budget of one encoder batch")
+    a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--log-level", choices=["debug", "info", "warning", "error"])
+    a("--log-format", choices=["text", "json"])
+
+
+def _settings(ns: argparse.Namespace) -> Settings:
+    fields = set(Settings.model_fields)
+    overrides = {k: v for k, v in vars(ns).items() if k in fields}
+    return load_settings(overrides, ns.config)
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    import uvicorn
+
+    from inferd.api.app import create_app
+    from inferd.logs import setup_logging
+    from inferd.service import InferenceService
+
+    settings = _settings(ns)
+    settings.check_bind()
+    setup_logging(settings.log_level, settings.log_format)
+    service = InferenceService.from_settings(settings)
+    log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
+             settings.host, settings.port)
+    for spec in service.registry.specs.values():
+        log.info("  %-12s %s (%s, %s)", spec.kind.value, spec.name, spec.format, spec.source)
+    app = create_app(settings, service)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_models(ns: argparse.Namespace) -> int:
+    from inferd.registry.registry import Registry
+    from inferd.service import discover_all
+
+    settings = _settings(ns)
+    found = discover_all(settings)
+    Registry.build(found.specs, lambda s: None)  # duplicate names are an error here too
+    rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
+             s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
+    head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    for r in [head, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
+    for p in found.problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferd", description="local inference server")
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="start the HTTP server")
+    _add_settings_flags(serve)
+    _serve_flags(serve)
+    serve.set_defaults(func=cmd_serve)
+    models = sub.add_parser("models", help="list the models the server would serve")
+    _add_settings_flags(models)
+    models.set_defaults(func=cmd_models)
+    for register in EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# Subcommands contributed by other modules (e.g. `inferd ml import`): fn(subparsers) -> None.
+EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return ns.func(ns)
+    except ConfigError as e:
+        print(f"inferd: {e}", file=sys.stderr)
+        return 2

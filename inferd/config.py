@@ -1,0 +1,152 @@
+"""Settings: CLI flags > INFERD_* environment variables > config file (TOML or JSON) > defaults."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from inferd.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from 300, "300", "5m", "1h", "250ms" (Ollama's keep_alive style).
+    A negative value means forever (returned as inf)."""
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 300, 30s, 5m, 1h)")
+        secs = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    return float("inf") if secs < 0 else secs
+
+
+def _split_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        s = value.strip()
+        if s.startswith("["):
+            return list(json.loads(s))
+        return [p.strip() for p in s.split(",") if p.strip()]
+    return [str(v) for v in value]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="INFERD_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    models_dir: Path = Path("~/.inferd/models")
+    ml_dir: Path = Path("~/.inferd/ml")
+    models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    api_key: SecretStr | None = None
+    allow_insecure_public_bind: bool = False
+    builtins: bool = True
+
+    keep_alive: float = 300.0
+    max_loaded_models: int = Field(4, ge=1)
+    max_concurrent_requests: int = Field(64, ge=1)
+    max_queued_requests: int = Field(256, ge=0)
+    queue_timeout: float = 60.0
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+
+    parallel: int = Field(4, ge=1, le=256)
+    threads: int | None = Field(None, ge=1)
+    max_batch_tokens: int = Field(8192, ge=64)
+
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+
+    @field_validator("models", "cors_origins", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> list[str]:
+        return _split_list(v)
+
+    @field_validator("keep_alive", "queue_timeout", mode="before")
+    @classmethod
+    def _durations(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("models_dir", "ml_dir", mode="after")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    def check_bind(self) -> None:
+        """Refuse a non-loopback bind unless explicitly allowed: inferd has no TLS."""
+        if self.allow_insecure_public_bind or is_loopback(self.host):
+            return
+        raise ConfigError(
+            f"refusing to bind to non-loopback host {self.host!r}: inferd speaks plain HTTP. "
+            "Keep the loopback default, or put inferd behind a proxy that terminates TLS and "
+            "authenticates requests and pass --allow-insecure-public-bind."
+        )
+
+    @property
+    def n_threads(self) -> int:
+        return self.threads or max(1, os.cpu_count() or 1)
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _DictSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]):
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused by __call__
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from e
+    try:
+        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode())
+    except (ValueError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/object")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(overrides: dict[str, Any] | None = None, config_file: str | Path | None = None) -> Settings:
+    """Build Settings from CLI overrides (None values ignored), env and an optional file."""
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    path = config_file or os.environ.get("INFERD_CONFIG")
+    file_data = read_config_file(Path(path).expanduser()) if path else {}
+
+    class _Layered(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                       file_secret_settings):
+            return (init_settings, env_settings, _DictSource(settings_cls, file_data))
+
+    try:
+        return _Layered(**cli)
+    except ValueError as e:
+        raise ConfigError(f"invalid configuration: {e}") from e

@@ -1,0 +1,93 @@
+"""Domain errors. Engine code raises these; api/errors.py maps each to an HTTP status and
+the envelope of the API family that asked. Nothing here knows about HTTP."""
+
+from __future__ import annotations
+
+
+class InferdError(Exception):
+    """Base of every error a client may see. `message` is safe to show to the caller."""
+
+    retryable = False
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(InferdError):
+    """The request is well-formed JSON but asks for something invalid."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class ContextOverflow(InvalidInput):
+    """Prompt plus requested tokens do not fit the model's context window."""
+
+
+class Unauthorized(InferdError):
+    def __init__(self, message: str = "invalid or missing API key"):
+        super().__init__(message)
+
+
+class ModelNotFound(InferdError):
+    def __init__(self, name: str, kind: str | None = None):
+        what = f"{kind} model" if kind else "model"
+        super().__init__(f"{what} '{name}' not found")
+        self.name = name
+
+
+class NotFound(InferdError):
+    """A non-model resource (route, file, adapter) does not exist."""
+
+
+class ModelNotSupported(InferdError):
+    """The model exists but cannot do what was asked (wrong kind, missing capability)."""
+
+
+class CapabilityMissing(ModelNotSupported):
+    pass
+
+
+class NotImplementedYet(InferdError):
+    """A documented feature whose runtime is not available in this build (501)."""
+
+
+class PayloadTooLarge(InferdError):
+    pass
+
+
+class Overloaded(InferdError):
+    """Admission control refused the request; the client should retry later."""
+
+    retryable = True
+
+    def __init__(self, message: str = "server is at capacity", retry_after_ms: int = 1000):
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class ModelLoadFailed(InferdError):
+    """Loading failed. Not cached: the next request tries again."""
+
+    retryable = True
+
+
+class InferenceFailed(InferdError):
+    pass
+
+
+class MemoryBudgetExceeded(InferdError):
+    pass
+
+
+class Cancelled(InferdError):
+    """The client went away or /stop was called; nobody is waiting for an answer."""
+
+    def __init__(self, message: str = "request cancelled"):
+        super().__init__(message)
+
+
+class ConfigError(Exception):
+    """Bad configuration found at start-up (duplicate served names, bad flags)."""

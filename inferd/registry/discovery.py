@@ -1,0 +1,217 @@
+"""Find models on disk: the Antfly layout under models_dir, predictors under ml_dir, and
+`--model [kind:]NAME=PATH` entries. Pure file inspection: nothing is loaded here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inferd.errors import ConfigError
+from inferd.registry.spec import KIND_DIRS, ModelKind, ModelSpec
+
+log = logging.getLogger("inferd.registry")
+
+MANIFEST = "model_manifest.json"
+TABULAR_FILE = "tabular_model.json"
+PREDICTOR_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_MAX_DEPTH = 4  # org/name/variant is as deep as served names go in practice
+
+
+@dataclass
+class Discovery:
+    specs: list[ModelSpec] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)   # shown at start and by `inferd models`
+
+
+def parse_kind(word: str) -> ModelKind | None:
+    w = word.strip().lower()
+    return KIND_DIRS.get(w) or next((k for k in ModelKind if k.value == w or k.plural == w), None)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    p = folder / MANIFEST
+    if not p.is_file():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except ValueError as e:
+        raise ValueError(f"{p}: invalid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: must be a JSON object")
+    return data
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+def model_ggufs(folder: Path) -> list[Path]:
+    """The weight files of a GGUF model folder (top level): not projectors; adapters live in loras/."""
+    return sorted(p for p in folder.glob("*.gguf") if not p.name.startswith("mmproj"))
+
+
+def onnx_files(folder: Path) -> list[Path]:
+    """ONNX graphs at the top level or in an onnx/ subfolder (the Hugging Face export layout)."""
+    return sorted([*folder.glob("*.onnx"), *folder.glob("onnx/*.onnx")])
+
+
+def detect_format(path: Path) -> str | None:
+    if path.is_file():
+        return {".gguf": "gguf", ".onnx": "onnx"}.get(path.suffix) or (
+            "tabular" if path.name == TABULAR_FILE else None)
+    names = {p.name for p in path.iterdir()}
+    if TABULAR_FILE in names:
+        return "tabular"
+    if model_ggufs(path):
+        return "gguf"
+    if onnx_files(path):
+        return "onnx"
+    if {"model.bin", "config.json"} <= names:
+        return "ctranslate2"
+    if {"meta.json", "config.cfg"} <= names:
+        return "spacy"
+    if "model.safetensors" in names and "config.json" in names:
+        return "safetensors"
+    return None
+
+
+def _architectures(folder: Path) -> list[str]:
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        return []
+    try:
+        return list(json.loads(cfg.read_text()).get("architectures") or [])
+    except (ValueError, AttributeError):
+        return []
+
+
+def infer_kind(path: Path, fmt: str, manifest: dict[str, Any]) -> ModelKind:
+    """Kind of a model given by path alone (for --model NAME=PATH without a kind: prefix)."""
+    if manifest.get("type"):
+        kind = parse_kind(str(manifest["type"]))
+        if kind is None:
+            raise ValueError(f"{path}: unknown model type {manifest['type']!r} in {MANIFEST}")
+        return kind
+    simple = {"gguf": ModelKind.GENERATOR, "tabular": ModelKind.PREDICTOR,
+              "ctranslate2": ModelKind.TRANSCRIBER, "spacy": ModelKind.EXTRACTOR}
+    if fmt in simple:
+        return simple[fmt]
+    arch = " ".join(_architectures(path)) if path.is_dir() else ""
+    if "TokenClassification" in arch:
+        raise ValueError(f"{path}: a token classifier may be a chunker or an extractor; "
+                         "say which with kind:NAME=PATH or a model_manifest.json 'type'")
+    for marker, kind in (("SequenceClassification", ModelKind.RERANKER), ("Whisper", ModelKind.TRANSCRIBER),
+                         ("VisionEncoderDecoder", ModelKind.READER), ("ConditionalGeneration", ModelKind.REWRITER)):
+        if marker in arch:
+            return kind
+    return ModelKind.EMBEDDER
+
+
+def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str, Any]) -> frozenset[str]:
+    caps = {str(c) for c in manifest.get("capabilities") or []}
+    folder = path if path.is_dir() else path.parent
+    if kind is ModelKind.GENERATOR:
+        caps |= {"chat", "completion"}
+        if path.is_dir() and (folder / "loras").is_dir():
+            caps.add("lora")
+        if path.is_dir() and any(folder.glob("mmproj*.gguf")):
+            caps.add("vision")
+    elif kind is ModelKind.EMBEDDER:
+        if any("MaskedLM" in a for a in _architectures(folder)):
+            caps.add("sparse")
+        if "sparse" not in caps:
+            caps.add("dense")
+    elif kind is ModelKind.RERANKER and not caps & {"late_interaction", "colbert"}:
+        caps.add("cross_encoder")
+    return frozenset(caps)
+
+
+def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None) -> ModelSpec:
+    """Inspect one model folder or file. Raises ValueError with a clear message."""
+    if not path.exists():
+        raise ValueError(f"{path}: no such file or folder")
+    manifest = read_manifest(path) if path.is_dir() else {}
+    fmt = manifest.get("format") or detect_format(path)
+    if fmt is None:
+        raise ValueError(f"{path}: no model files found (.gguf, .onnx, tabular_model.json, "
+                         "CTranslate2 model.bin, spaCy pipeline)")
+    kind = kind or infer_kind(path, fmt, manifest)
+    served = str(manifest.get("name") or name)
+    size = sum(p.stat().st_size for p in _files(path))
+    return ModelSpec(name=served, kind=kind, format=str(fmt), path=path, source=source, size_bytes=size,
+                     capabilities=infer_capabilities(kind, fmt, path, manifest), manifest=manifest)
+
+
+def _is_model_dir(d: Path) -> bool:
+    return (d / MANIFEST).is_file() or detect_format(d) is not None
+
+
+def _walk(kind: ModelKind, root: Path, d: Path, depth: int, out: Discovery) -> None:
+    for child in sorted(d.iterdir()):
+        if child.name.startswith("."):
+            continue
+        rel = child.relative_to(root).as_posix()
+        try:
+            if child.is_file() and child.suffix == ".gguf" and not child.name.startswith("mmproj"):
+                out.specs.append(make_spec(rel[: -len(".gguf")], child, "models_dir", kind))
+            elif child.is_dir() and _is_model_dir(child):
+                out.specs.append(make_spec(rel, child, "models_dir", kind))
+            elif child.is_dir() and depth < _MAX_DEPTH:
+                _walk(kind, root, child, depth + 1, out)
+        except (ValueError, OSError) as e:
+            out.problems.append(f"skipped {child}: {e}")
+
+
+def scan_models_dir(models_dir: Path, out: Discovery) -> None:
+    if not models_dir.is_dir():
+        return
+    for dirname, kind in KIND_DIRS.items():
+        if (models_dir / dirname).is_dir():
+            _walk(kind, models_dir / dirname, models_dir / dirname, 1, out)
+
+
+def scan_ml_dir(ml_dir: Path, out: Discovery) -> None:
+    if not ml_dir.is_dir():
+        return
+    for child in sorted(ml_dir.iterdir()):
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if not (child / TABULAR_FILE).is_file():
+            out.problems.append(f"skipped {child}: no {TABULAR_FILE}")
+        elif not PREDICTOR_NAME.match(child.name):
+            out.problems.append(f"skipped {child}: predictor names are [A-Za-z0-9_-], at most 128 characters")
+        else:
+            out.specs.append(make_spec(child.name, child, "ml_dir", ModelKind.PREDICTOR))
+
+
+def parse_model_arg(arg: str) -> tuple[ModelKind | None, str, Path]:
+    """`[kind:]NAME=PATH` -> (kind, name, path). NAME may itself contain ':' (llama3:8b)."""
+    name, sep, path = arg.partition("=")
+    if not sep or not name or not path:
+        raise ConfigError(f"--model {arg!r}: expected [kind:]NAME=PATH")
+    kind = None
+    head, colon, rest = name.partition(":")
+    if colon and parse_kind(head):
+        kind, name = parse_kind(head), rest
+    return kind, name, Path(path).expanduser()
+
+
+def discover(models_dir: Path, ml_dir: Path, model_args: list[str]) -> Discovery:
+    out = Discovery()
+    scan_models_dir(models_dir, out)
+    scan_ml_dir(ml_dir, out)
+    for arg in model_args:
+        kind, name, path = parse_model_arg(arg)
+        try:
+            out.specs.append(make_spec(name, path, "cli", kind))
+        except ValueError as e:  # a model asked for by hand that is unusable is a start-up error
+            raise ConfigError(f"--model {arg}: {e}") from e
+    for p in out.problems:
+        log.warning(p)
+    return out

@@ -1,0 +1,62 @@
+"""A real uvicorn server on a free loopback port, in a thread of the test process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from inferd.api.app import create_app
+from inferd.config import Settings, load_settings
+from inferd.service import InferenceService
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Running:
+    def __init__(self, url: str, service: InferenceService, settings: Settings, loop: asyncio.AbstractEventLoop):
+        self.url, self.service, self.settings, self.loop = url, service, settings, loop
+
+    def call(self, coro, timeout: float = 30):
+        """Run a coroutine on the server's own event loop (to reach its service directly)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+@contextlib.contextmanager
+def serve(settings: Settings | None = None, **overrides: Any) -> Iterator[Running]:
+    """Start inferd with `settings` (or defaults + overrides, with no built-in models and
+    empty model dirs unless given) and yield its base URL."""
+    if settings is None:
+        overrides.setdefault("models_dir", "/nonexistent/models")
+        overrides.setdefault("ml_dir", "/nonexistent/ml")
+        overrides.setdefault("builtins", False)
+        settings = load_settings(overrides)
+    service = InferenceService.from_settings(settings)
+    app = create_app(settings, service)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None,
+                                           access_log=False, lifespan="on"))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    try:
+        yield Running(f"http://127.0.0.1:{port}", service, settings, loop)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        loop.close()

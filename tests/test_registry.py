@@ -1,0 +1,126 @@
+"""Registry mechanics: load once, retry after failure, keep-alive, LRU. The loader here is a
+plain function that records calls: what is under test is the registry's bookkeeping."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from inferd.errors import ModelLoadFailed, ModelNotFound, ModelNotSupported, NotImplementedYet
+from inferd.registry.registry import Registry
+from inferd.registry.spec import ModelKind, ModelSpec
+
+
+class Model:
+    def __init__(self, name):
+        self.name, self.closed = name, False
+
+    def close(self):
+        self.closed = True
+
+
+class Loads:
+    def __init__(self, fail_first=0, delay=0.0):
+        self.calls, self.fail_first, self.delay, self.lock = [], fail_first, delay, threading.Lock()
+
+    def __call__(self, spec):
+        with self.lock:
+            self.calls.append(spec.name)
+            n = len(self.calls)
+        time.sleep(self.delay)
+        if n <= self.fail_first:
+            raise RuntimeError("disk on fire")
+        return Model(spec.name)
+
+
+def specs(*names, kind=ModelKind.EMBEDDER):
+    return [ModelSpec(name=n, kind=kind, format="onnx", path=None, source="test") for n in names]
+
+
+class Clock:
+    t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def make(loads, names=("a", "b", "c"), **kw):
+    return Registry.build(specs(*names), lambda spec: loads, **kw)
+
+
+async def test_concurrent_first_requests_load_once():
+    loads = Loads(delay=0.2)
+    reg = make(loads)
+
+    async def use():
+        async with reg.use("a") as m:
+            return m
+
+    models = await asyncio.gather(*[use() for _ in range(10)])
+    assert loads.calls == ["a"]
+    assert len({id(m) for m in models}) == 1
+
+
+async def test_failed_load_is_reported_and_retried():
+    loads = Loads(fail_first=1)
+    reg = make(loads)
+    with pytest.raises(ModelLoadFailed, match="disk on fire"):
+        async with reg.use("a"):
+            pass
+    assert "a" not in reg.loaded
+    async with reg.use("a") as m:
+        assert m.name == "a"
+    assert loads.calls == ["a", "a"]
+
+
+async def test_unknown_and_wrong_kind():
+    reg = make(Loads())
+    with pytest.raises(ModelNotFound):
+        reg.resolve("zzz")
+    with pytest.raises(ModelNotSupported, match="is a embedder"):
+        reg.resolve("a", [ModelKind.GENERATOR])
+
+
+async def test_keep_alive_expiry_never_while_in_use():
+    clock = Clock()
+    loads = Loads()
+    reg = make(loads, keep_alive=60, clock=clock)
+    async with reg.use("a") as m:
+        clock.t += 120
+        await reg.reap()
+        assert "a" in reg.loaded and not m.closed  # in use: never unloaded
+    clock.t += 30
+    await reg.reap()
+    assert "a" in reg.loaded
+    clock.t += 31
+    await reg.reap()
+    assert "a" not in reg.loaded and m.closed
+
+
+async def test_lru_eviction_beyond_max_loaded():
+    clock = Clock()
+    reg = make(Loads(), max_loaded=2, clock=clock)
+    for name in ("a", "b"):
+        async with reg.use(name):
+            clock.t += 1
+    async with reg.use("a"):  # a is now more recent than b
+        clock.t += 1
+    async with reg.use("c"):
+        pass
+    assert set(reg.loaded) == {"a", "c"}
+
+
+async def test_keep_alive_zero_unloads_after_use():
+    reg = make(Loads())
+    async with reg.use("a", keep_alive=0):
+        assert "a" in reg.loaded
+    assert "a" not in reg.loaded
+
+
+async def test_no_runtime_for_format_is_clear():
+    from inferd.runtimes import loader_for
+    reg = Registry.build([ModelSpec("x", ModelKind.READER, "weird", None, "test")], loader_for)
+    with pytest.raises(NotImplementedYet, match="reader models in weird format"):
+        async with reg.use("x"):
+            pass
