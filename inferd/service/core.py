@@ -1,9 +1,7 @@
-"""InferenceService: the verbs every API face calls. It owns the registry and admission
-control; faces convert wire formats to these calls and back, and know nothing else."""
+"""The core of the service: settings, registry, admission, metrics and the model catalog."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
 import time
@@ -11,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import InvalidInput
 from inferd.metrics import Metrics
 from inferd.registry.builtins import builtin_specs
 from inferd.registry.discovery import Discovery, discover
@@ -19,8 +16,6 @@ from inferd.registry.registry import Registry
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.runtimes import loader_for
 from inferd.scheduling.admission import Admission
-from inferd.text.cache import TTLCache
-from inferd.text.chunking import Chunk, FixedConfig, count_tokens, fixed_chunks
 
 log = logging.getLogger("inferd.service")
 
@@ -39,15 +34,9 @@ def discover_all(settings: Settings) -> Discovery:
 
 
 @dataclass
-class ChunkResult:
-    model: str
-    chunks: list[Chunk]
-    prompt_tokens: int
-    cache_hit: bool
+class CoreService:
+    """State shared by every verb; the verbs themselves live in mixins (service/__init__.py)."""
 
-
-@dataclass
-class InferenceService:
     settings: Settings
     registry: Registry
     admission: Admission
@@ -55,10 +44,12 @@ class InferenceService:
     metrics: Metrics = field(default_factory=Metrics)
     backends: dict[str, bool] = field(default_factory=available_backends)
     started_at: float = field(default_factory=time.time)
-    _chunk_cache: TTLCache = field(default_factory=lambda: TTLCache(ttl=120.0, max_items=1024))
+
+    def __post_init__(self) -> None:
+        """Mixins set up their own state in InferenceService.__post_init__."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "InferenceService":
+    def from_settings(cls, settings: Settings):
         found = discover_all(settings)
         registry = Registry.build(found.specs, loader_for, keep_alive=settings.keep_alive,
                                   max_loaded=settings.max_loaded_models)
@@ -84,18 +75,3 @@ class InferenceService:
         return {"requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
                 "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
                 "models_served": len(self.registry.specs)}
-
-    # ---- chunking -----------------------------------------------------------------------------
-    async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
-        spec = self.registry.resolve(model or "fixed", [ModelKind.CHUNKER])
-        cfg.check()
-        if not (0.0 <= threshold <= 1.0):
-            raise InvalidInput("threshold must be between 0 and 1", "config.threshold")
-        key = (spec.name, cfg, threshold, text)
-        hit = self._chunk_cache.get(key)
-        if hit is not None:
-            return ChunkResult(spec.name, hit, count_tokens(text), True)
-        async with self.admission.slot():
-            chunks = await asyncio.to_thread(fixed_chunks, text, cfg)
-        self._chunk_cache.put(key, chunks)
-        return ChunkResult(spec.name, chunks, count_tokens(text), False)

@@ -1,0 +1,37 @@
+"""Chunking verbs: the built-in `fixed` chunker (model-based chunkers build on this)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from inferd.errors import InvalidInput
+from inferd.registry.spec import ModelKind
+from inferd.text.cache import TTLCache
+from inferd.text.chunking import Chunk, FixedConfig, count_tokens, fixed_chunks
+
+
+@dataclass
+class ChunkResult:
+    model: str
+    chunks: list[Chunk]
+    prompt_tokens: int
+    cache_hit: bool
+
+
+class ChunkingVerbs:
+    _chunk_cache: TTLCache  # set by InferenceService.__post_init__
+
+    async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
+        spec = self.registry.resolve(model or "fixed", [ModelKind.CHUNKER])
+        cfg.check()
+        if not (0.0 <= threshold <= 1.0):
+            raise InvalidInput("threshold must be between 0 and 1", "config.threshold")
+        key = (spec.name, cfg, threshold, text)
+        hit = self._chunk_cache.get(key)
+        if hit is not None:
+            return ChunkResult(spec.name, hit, count_tokens(text), True)
+        async with self.admission.slot():
+            chunks = await asyncio.to_thread(fixed_chunks, text, cfg)
+        self._chunk_cache.put(key, chunks)
+        return ChunkResult(spec.name, chunks, count_tokens(text), False)
