@@ -43,6 +43,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--parallel", type=int, help="generation slots per model (default 4)")
     a("--threads", type=int, help="CPU threads per runtime (default: all cores)")
     a("--max-batch-tokens", type=int, help="token budget of one encoder batch")
+    a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")
+    a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
+      help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
@@ -119,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Subcommands contributed by other modules (e.g. `inferd ml import`): fn(subparsers) -> None.
 EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+from inferd.runtimes.tabular.importers.cli import register as _register_ml  # noqa: E402  (light: no ML imports)
+
+EXTRA_COMMANDS.append(_register_ml)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     parallel: int = Field(4, ge=1, le=256)
     threads: int | None = Field(None, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
+    max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
+    prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
 
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -33,7 +33,11 @@ def layout(tmp_path):
     touch(m / "transcribers" / "whisper" / "model.bin")
     touch(m / "transcribers" / "whisper" / "config.json", b"{}")
     ml = tmp_path / "ml"
-    touch(ml / "churn" / "tabular_model.json", b"{}")
+    # discovery validates the IR (inferd/runtimes/tabular/ir.py): churn must be a real model
+    touch(ml / "churn" / "tabular_model.json", json.dumps({
+        "schema_version": 1, "metadata": {"task": "regression", "num_features": 1},
+        "output": {"activation": "identity", "num_outputs": 1},
+        "pipeline": [{"type": "linear", "linear": {"weights": [[2.0]], "biases": [1.0]}}]}).encode())
     touch(ml / "bad name" / "tabular_model.json", b"{}")
     touch(ml / "nofile" / "x.txt")
     return m, ml

@@ -9,17 +9,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import control
+from inferd.api import control, gen_control
+from inferd.api.antfly import gen_routes as antfly_gen
+from inferd.api.antfly import embed_routes as antfly_embed
+from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
+from inferd.api.ollama import embed_routes as ollama_embed
+from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
+from inferd.api.openai import embed_routes as openai_embed
+from inferd.api.openai import gen_routes as openai_gen
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound
 from inferd.service import InferenceService
 
-ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router]
+ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
+           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
+           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router]
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

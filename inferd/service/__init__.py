@@ -5,14 +5,24 @@ Verbs are grouped by domain in mixins (one module each); CoreService holds the s
 
 from __future__ import annotations
 
+import functools
+
 from inferd.service.chunking import ChunkingVerbs, ChunkResult
 from inferd.service.core import CoreService, available_backends, discover_all
+from inferd.service.encoders import EmbedResult, EncoderVerbs, RerankResult
+from inferd.service.generation import GenerationStream, GenerationVerbs
+from inferd.service.tabular import PredictResult, TabularVerbs
+from inferd.runtimes import loader_for
 from inferd.text.cache import TTLCache
 
 
-class InferenceService(ChunkingVerbs, CoreService):
+class InferenceService(GenerationVerbs, TabularVerbs, EncoderVerbs, ChunkingVerbs, CoreService):
     def __post_init__(self) -> None:
         self._chunk_cache = TTLCache(ttl=120.0, max_items=1024)
+        self._streams = set()  # running generations, for /stop
+        self._predictor_info = {}  # catalog entries of predictors not checked at discovery
+        if self.registry.loader_for is loader_for:  # runtimes get threads and batch budgets from settings
+            self.registry.loader_for = functools.partial(loader_for, settings=self.settings)
 
 
-__all__ = ["InferenceService", "ChunkResult", "available_backends", "discover_all"]
+__all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult", "available_backends", "discover_all"]

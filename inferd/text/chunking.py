@@ -118,3 +118,24 @@ def fixed_chunks(text: str, cfg: FixedConfig) -> list[Chunk]:
         if a < b:
             chunks.append(Chunk(text[a:b], a, b))
     return chunks
+
+
+def chunks_from_boundaries(text: str, ends: list[int], cfg: FixedConfig) -> list[Chunk]:
+    """Model-based chunking: cut `text` after each char offset in `ends` (where a chunker model
+    saw a boundary); a piece longer than target_tokens is split further the fixed way (with its
+    overlap); at most max_chunks. Offsets index the original text, as for fixed chunks."""
+    cfg.check()
+    cuts = sorted({e for e in ends if 0 < e < len(text)})
+    chunks: list[Chunk] = []
+    for a, b in zip([0, *cuts], [*cuts, len(text)]):
+        a, b = _trim(text, a, b)
+        if a >= b:
+            continue
+        piece = text[a:b]
+        if count_tokens(piece) <= cfg.target_tokens:
+            chunks.append(Chunk(piece, a, b))
+        else:
+            chunks += [Chunk(c.text, a + c.start_char, a + c.end_char) for c in fixed_chunks(piece, cfg)]
+        if len(chunks) >= cfg.max_chunks:
+            break
+    return chunks[: cfg.max_chunks]

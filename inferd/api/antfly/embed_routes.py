@@ -1,0 +1,46 @@
+"""Antfly face: /ai/v1/embed, /ai/v1/embeddings, /ai/v1/rerank, /ai/v1/rerank_multimodal."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from starlette.responses import JSONResponse
+
+from inferd.api.antfly import embed_convert as convert
+from inferd.api.antfly.embed_schemas import EmbedRequest, MultimodalRerankRequest, RerankRequest
+from inferd.api.deps import get_service
+from inferd.errors import InferdError
+from inferd.registry.spec import ModelKind
+from inferd.service import InferenceService
+
+router = APIRouter(prefix="/ai/v1")
+
+
+@router.post("/embed")
+@router.post("/embeddings")
+async def embeddings(req: EmbedRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    per_item = req.error_policy == "per_item"
+    items = convert.embed_inputs(req)
+    early = {i: x for i, x in enumerate(items) if isinstance(x, InferdError)}
+    if early and not per_item:
+        raise early[min(early)]
+    texts = [x for x in items if not isinstance(x, InferdError)]
+    if not texts and early:  # every item already failed: nothing to run
+        spec = svc.encoder_spec(req.model, ModelKind.EMBEDDER)
+        return JSONResponse(convert.all_failed_response(spec.name, early))
+    r = await svc.embed(req.model, texts, task=convert.task_of(req), dimensions=req.dimensions,
+                        per_item=per_item)
+    items = convert.merge_errors(r, early)
+    return JSONResponse(convert.embeddings_response(r, items, req.encoding_format, per_item))
+
+
+@router.post("/rerank")
+async def rerank(req: RerankRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    return JSONResponse(convert.rerank_response(await svc.rerank(req.model, req.query, req.prompts)))
+
+
+@router.post("/rerank_multimodal")
+async def rerank_multimodal(req: MultimodalRerankRequest,
+                            svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    svc.encoder_spec(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
+    texts = convert.multimodal_texts(req.documents)
+    return JSONResponse(convert.rerank_response(await svc.rerank(req.model, req.query, texts)))

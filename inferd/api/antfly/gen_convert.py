@@ -1,0 +1,72 @@
+"""Antfly generation wire <-> engine. The single-request routes are OpenAI chat with
+Antfly's usage fields (api/openai/gen_convert.py, antfly=True); this module adds the
+synchronous batch: per-item validation, per-item `response` xor `error`, and a summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from inferd.api.antfly.gen_schemas import BatchRequest
+from inferd.api.errors import classify
+from inferd.api.openai import gen_convert as oai
+from inferd.api.openai.gen_schemas import ChatCompletionRequest
+from inferd.errors import InferdError, InvalidInput, Overloaded
+from inferd.types import Generation, GenerateRequest
+
+_MEDIA_PARTS = {"image_url", "input_image", "image", "input_audio", "media", "file"}
+
+
+class UnsupportedMultimodal(InvalidInput):
+    """A batch item with image or other media parts (batch generation is text-only)."""
+
+
+def _has_media(body: dict[str, Any]) -> bool:
+    for m in body.get("messages") or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in _MEDIA_PARTS for p in content):
+            return True
+    return False
+
+
+def batch_item(body: dict[str, Any], index: int) -> GenerateRequest | InferdError:
+    """One item's engine request, or the error that fails this item alone."""
+    if _has_media(body):
+        return UnsupportedMultimodal(f"requests[{index}]: batch generation is text-only", "body.messages")
+    try:
+        parsed = ChatCompletionRequest.model_validate(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        return InvalidInput(f"requests[{index}].body.{where}: {err.get('msg', 'invalid')}", where or None)
+    try:
+        req = oai.chat_request(parsed)
+    except InferdError as e:
+        return e
+    req.stream = False  # the batch is synchronous
+    return req
+
+
+def batch_requests(body: BatchRequest) -> list[GenerateRequest | InferdError]:
+    return [batch_item(item.body, i) for i, item in enumerate(body.requests)]
+
+
+def item_error(e: InferdError) -> dict[str, Any]:
+    code = "UNSUPPORTED_MULTIMODAL" if isinstance(e, UnsupportedMultimodal) else classify(e)[2]
+    out: dict[str, Any] = {"code": code, "message": e.message, "retryable": bool(e.retryable)}
+    if isinstance(e, Overloaded):
+        out["retry_after_ms"] = e.retry_after_ms
+    return out
+
+
+def batch_response(body: BatchRequest, results: list[Generation | InferdError]) -> dict[str, Any]:
+    data = []
+    for i, (item, r) in enumerate(zip(body.requests, results)):
+        ok = isinstance(r, Generation)
+        data.append({"custom_id": item.custom_id, "index": i,
+                     "response": oai.chat_response(r, antfly=True) if ok else None,
+                     "error": None if ok else item_error(r)})
+    failed = sum(1 for d in data if d["error"] is not None)
+    return {"object": "generate.batch", "data": data,
+            "summary": {"total": len(data), "succeeded": len(data) - failed, "failed": failed}}

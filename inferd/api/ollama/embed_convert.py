@@ -1,0 +1,35 @@
+"""Ollama embeddings: wire <-> engine. Pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferd.config import parse_duration
+from inferd.errors import InvalidInput, ModelNotSupported
+from inferd.service import EmbedResult
+
+
+def keep_alive(value: str | float | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise InvalidInput(str(e), "keep_alive") from e
+
+
+def _dense(r: EmbedResult) -> None:
+    if r.sparse:
+        raise ModelNotSupported(f"model '{r.model}' is a sparse embedder; Ollama embeddings are dense "
+                                "(use /ai/v1/embeddings)")
+
+
+def embed_response(r: EmbedResult, total_ns: int, load_ns: int) -> dict[str, Any]:
+    _dense(r)
+    return {"model": r.model, "embeddings": [v.tolist() for v in r.items], "total_duration": total_ns,
+            "load_duration": load_ns, "prompt_eval_count": r.prompt_tokens}
+
+
+def legacy_response(r: EmbedResult) -> dict[str, Any]:
+    _dense(r)
+    return {"embedding": r.items[0].tolist()}

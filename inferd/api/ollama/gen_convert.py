@@ -1,0 +1,172 @@
+"""Ollama wire <-> engine for /api/chat and /api/generate. Pure functions, plus async
+generators mapping a GenerationStream's deltas to NDJSON objects."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from inferd.api.ollama.convert import iso
+from inferd.config import parse_duration
+from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest as WireGenerate
+from inferd.errors import CapabilityMissing, InvalidInput, NotImplementedYet
+from inferd.types import Generation, GenerateRequest, SamplingParams, Usage
+
+# Ollama's defaults when neither the request nor a Modelfile says otherwise.
+DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
+            "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
+def parse_keep_alive(value: str | float | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise InvalidInput(str(e), "keep_alive") from e
+
+
+def _num(options: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
+    v = options.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and float(v) != int(v)):
+        raise InvalidInput(f"options.{key} must be a{'n integer' if kind is int else ' number'}", f"options.{key}")
+    return kind(v)
+
+
+def options_to_request(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Ollama `options` -> GenerateRequest fields (sampling, max_tokens, stop, num_ctx)."""
+    o = dict(options or {})
+    stop = o.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise InvalidInput("options.stop must be a string or a list of strings", "options.stop")
+    n_predict = _num(o, "num_predict", int)
+    num_ctx = _num(o, "num_ctx", int)
+    if num_ctx is not None and num_ctx < 1:
+        raise InvalidInput("options.num_ctx must be >= 1", "options.num_ctx")
+    seed = _num(o, "seed", int)
+    sp = SamplingParams(
+        temperature=_num(o, "temperature", float, DEFAULTS["temperature"]),
+        top_k=_num(o, "top_k", int, DEFAULTS["top_k"]), top_p=_num(o, "top_p", float, DEFAULTS["top_p"]),
+        min_p=_num(o, "min_p", float, DEFAULTS["min_p"]),
+        repetition_penalty=_num(o, "repeat_penalty", float, DEFAULTS["repeat_penalty"]),
+        penalty_last_n=_num(o, "repeat_last_n", int, DEFAULTS["repeat_last_n"]),
+        presence_penalty=_num(o, "presence_penalty", float, 0.0),
+        frequency_penalty=_num(o, "frequency_penalty", float, 0.0),
+        seed=None if seed is None or seed < 0 else seed)  # Ollama: -1 means random
+    if sp.penalty_last_n < 0:  # -1: the whole context
+        sp.penalty_last_n = num_ctx or 4096
+    return {"sampling": sp, "max_tokens": n_predict if n_predict is not None and n_predict >= 0 else None,
+            "stop": [s for s in stop if s], "num_ctx": num_ctx, "clamp_to_context": True}
+
+
+def _check_not_yet(format: Any, think: Any) -> None:
+    """Features whose engine side is not built yet are refused, never silently ignored."""
+    if format not in (None, ""):
+        raise NotImplementedYet("'format' (structured output) is not available in this build yet")
+    if think not in (None, False):
+        raise NotImplementedYet("'think' is not available in this build yet")
+
+
+def chat_request(body: ChatRequest) -> GenerateRequest:
+    _check_not_yet(body.format, body.think)
+    if body.tools:
+        raise NotImplementedYet("tool calling is not available in this build yet")
+    messages = []
+    for i, m in enumerate(body.messages):
+        if m.images:
+            raise CapabilityMissing(f"messages[{i}] has images; this model reads text only")
+        messages.append(m.model_dump(exclude_none=True, exclude={"images", "thinking"}))
+    return GenerateRequest(model=body.model, messages=messages, stream=body.stream,
+                           keep_alive=parse_keep_alive(body.keep_alive), **options_to_request(body.options))
+
+
+def generate_request(body: WireGenerate) -> GenerateRequest:
+    _check_not_yet(body.format, body.think)
+    if body.images:
+        raise CapabilityMissing("'images' needs a vision model; this model reads text only")
+    if body.suffix:
+        raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
+    if body.template:
+        raise InvalidInput("'template' (a Go template) is not supported; send raw: true with a formatted prompt",
+                           "template")
+    common = dict(model=body.model, stream=body.stream, keep_alive=parse_keep_alive(body.keep_alive),
+                  prefix_tokens=list(body.context or []), **options_to_request(body.options))
+    if body.raw:
+        return GenerateRequest(prompt=body.prompt or "", add_special=not body.context, **common)
+    messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
+        [{"role": "user", "content": body.prompt or ""}]
+    return GenerateRequest(messages=messages, template_fallback=True, **common)
+
+
+def is_load_only(prompt: str | None, messages: list | None, context: list[int] | None = None) -> bool:
+    """Ollama loads (or unloads) a model when asked to generate from nothing."""
+    return not prompt and not messages and not context
+
+
+# ---- responses --------------------------------------------------------------------------------
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def stats(u: Usage) -> dict[str, Any]:
+    return {"total_duration": _ns(u.total_seconds), "load_duration": _ns(u.load_seconds),
+            "prompt_eval_count": u.prompt_tokens, "prompt_eval_duration": _ns(u.prompt_seconds),
+            "eval_count": u.completion_tokens, "eval_duration": _ns(u.generation_seconds),
+            "ttft": round(u.ttft, 6), "tps": round(u.tps, 3)}
+
+
+def load_response(model: str, chat: bool, unloaded: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": model, "created_at": iso(time.time()), "done": True,
+                           "done_reason": "unload" if unloaded else "load"}
+    if chat:
+        out["message"] = {"role": "assistant", "content": ""}
+    else:
+        out["response"] = ""
+    return out
+
+
+def chat_response(g: Generation) -> dict[str, Any]:
+    return {"model": g.model, "created_at": iso(time.time()), "message": {"role": "assistant", "content": g.text},
+            "done": True, "done_reason": g.finish_reason, **stats(g.usage)}
+
+
+def generate_response(g: Generation) -> dict[str, Any]:
+    return {"model": g.model, "created_at": iso(time.time()), "response": g.text, "done": True,
+            "done_reason": g.finish_reason, "context": g.prompt_tokens + g.tokens, **stats(g.usage)}
+
+
+async def chat_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
+    first = True
+    async for d in stream:
+        if d.text:
+            chunk = {"model": stream.model, "created_at": iso(time.time()),
+                     "message": {"role": "assistant", "content": d.text}, "done": False}
+            if first and d.usage is not None:
+                chunk["ttft"] = round(d.usage.ttft, 6)
+            first = False
+            yield chunk
+        if d.finish_reason:
+            yield {"model": stream.model, "created_at": iso(time.time()),
+                   "message": {"role": "assistant", "content": ""}, "done": True,
+                   "done_reason": d.finish_reason, **stats(d.usage or Usage())}
+
+
+async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
+    first, tokens = True, []
+    async for d in stream:
+        tokens.extend(d.tokens)
+        if d.text:
+            chunk = {"model": stream.model, "created_at": iso(time.time()), "response": d.text, "done": False}
+            if first and d.usage is not None:
+                chunk["ttft"] = round(d.usage.ttft, 6)
+            first = False
+            yield chunk
+        if d.finish_reason:
+            yield {"model": stream.model, "created_at": iso(time.time()), "response": "", "done": True,
+                   "done_reason": d.finish_reason, "context": stream.prompt_tokens + tokens,
+                   **stats(d.usage or Usage())}

@@ -1,0 +1,39 @@
+"""Ollama face, generation: /api/chat and /api/generate (NDJSON streams by default)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from inferd.api.deps import get_service
+from inferd.api.ollama import gen_convert as convert
+from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest
+from inferd.api.streaming import cancel_on_disconnect, ndjson_response
+from inferd.service import InferenceService
+
+router = APIRouter(prefix="/api")
+
+
+@router.post("/chat")
+async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depends(get_service)):
+    if convert.is_load_only(None, body.messages):
+        ka = convert.parse_keep_alive(body.keep_alive)
+        spec = await svc.load_generator(body.model, ka)
+        return convert.load_response(spec.name, chat=True, unloaded=ka == 0)
+    req = convert.chat_request(body)
+    if req.stream:
+        stream = await svc.open_generation(req)
+        return ndjson_response(convert.chat_chunks(stream), stream.aclose)
+    return convert.chat_response(await cancel_on_disconnect(request, svc.generate(req)))
+
+
+@router.post("/generate")
+async def generate(body: GenerateRequest, request: Request, svc: InferenceService = Depends(get_service)):
+    if convert.is_load_only(body.prompt, None, body.context):
+        ka = convert.parse_keep_alive(body.keep_alive)
+        spec = await svc.load_generator(body.model, ka)
+        return convert.load_response(spec.name, chat=False, unloaded=ka == 0)
+    req = convert.generate_request(body)
+    if req.stream:
+        stream = await svc.open_generation(req)
+        return ndjson_response(convert.generate_chunks(stream), stream.aclose)
+    return convert.generate_response(await cancel_on_disconnect(request, svc.generate(req)))

@@ -1,0 +1,45 @@
+"""Ollama wire requests for /api/chat and /api/generate. Unknown fields and options are
+ignored, as Ollama does (it logs them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class OllamaMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")  # tool_calls, tool_name, ... reach the template
+    role: str
+    content: str | None = ""
+    images: list[str] | None = None
+    thinking: str | None = None  # output-only: never replayed into the prompt
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    messages: list[OllamaMessage] = []
+    stream: bool = True
+    format: str | dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: str | float | None = None
+    tools: list[dict[str, Any]] | None = None
+    think: bool | str | None = None
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    prompt: str | None = None
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    stream: bool = True
+    raw: bool = False
+    format: str | dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: str | float | None = None
+    images: list[str] | None = None
+    think: bool | str | None = None

@@ -1,0 +1,32 @@
+"""OpenAI face: /v1/embeddings and /embeddings; /v1/rerank and /rerank."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Depends
+from starlette.responses import JSONResponse
+
+from inferd.api.deps import get_service
+from inferd.api.openai import embed_convert as convert
+from inferd.api.openai.embed_schemas import EmbeddingRequest, RerankRequest
+from inferd.service import InferenceService
+
+router = APIRouter()
+
+
+@router.post("/v1/embeddings")
+@router.post("/embeddings")
+async def embeddings(req: EmbeddingRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    r = await svc.embed(req.model, convert.embed_inputs(req), dimensions=req.dimensions)
+    # JSONResponse directly: FastAPI's encoder walks every float of every vector (slow).
+    return JSONResponse(convert.embeddings_response(r, req.encoding_format))
+
+
+@router.post("/v1/rerank")
+@router.post("/rerank")
+async def rerank(req: RerankRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    docs = convert.rerank_documents(req)
+    r = await svc.rerank(req.model, req.query, docs)
+    return JSONResponse(convert.rerank_response(r, docs, req.top_n, req.return_documents,
+                                                f"rerank-{uuid.uuid4().hex[:24]}"))

@@ -1,0 +1,220 @@
+"""OpenAI wire <-> engine for chat and completions. Pure functions (plus async generators
+that map a GenerationStream's deltas to chunks). The Antfly face reuses these with
+`antfly=True`, which adds its `cached_prompt_tokens` usage field."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from inferd.api.openai.gen_schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from inferd.errors import InvalidInput, NotImplementedYet
+from inferd.types import Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+# ---- requests ---------------------------------------------------------------------------------
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if len(stops) > 16:
+        raise InvalidInput("at most 16 stop sequences", "stop")
+    return [s for s in stops if s]
+
+
+def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for k, v in (raw or {}).items():
+        try:
+            tok = int(k)
+        except ValueError:
+            raise InvalidInput(f"logit_bias keys must be token ids, got {k!r}", "logit_bias") from None
+        if not -100.0 <= v <= 100.0:
+            raise InvalidInput("logit_bias values must be between -100 and 100", "logit_bias")
+        out[tok] = float(v)
+    return out
+
+
+def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0) -> SamplingParams:
+    rep = body.repetition_penalty if body.repetition_penalty is not None else body.repeat_penalty
+    return SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k or 0, min_p=body.min_p or 0.0,
+        repetition_penalty=1.0 if rep is None else rep,
+        frequency_penalty=body.frequency_penalty or 0.0, presence_penalty=body.presence_penalty or 0.0,
+        seed=body.seed, logit_bias=_logit_bias(body.logit_bias), grammar=body.grammar,
+        ignore_eos=body.ignore_eos, logprobs=logprobs, top_logprobs=top_logprobs)
+
+
+def _common(body: SamplingFields) -> dict[str, Any]:
+    if body.n != 1:
+        raise InvalidInput("n > 1 is not supported; send several requests (they decode together)", "n")
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream}
+
+
+def check_not_yet(body: ChatCompletionRequest) -> None:
+    """Features whose engine side is not built yet are refused, never silently ignored."""
+    if body.tools and body.tool_choice != "none":
+        raise NotImplementedYet("tool calling is not available in this build yet")
+    rf = (body.response_format or {}).get("type", "text")
+    if rf != "text":
+        raise NotImplementedYet(f"response_format {rf!r} is not available in this build yet")
+
+
+def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
+    check_not_yet(body)
+    kwargs = dict(body.chat_template_kwargs or {})
+    if body.enable_thinking is not None:
+        kwargs["enable_thinking"] = body.enable_thinking
+    top = body.top_logprobs or 0
+    if top and not body.logprobs:
+        raise InvalidInput("top_logprobs needs logprobs: true", "top_logprobs")
+    return GenerateRequest(messages=[m.model_dump(exclude_none=True) for m in body.messages],
+                           sampling=sampling(body, body.logprobs, top), chat_template=body.chat_template,
+                           template_kwargs=kwargs, **_common(body))
+
+
+def completion_prompt(prompt: str | list[str] | list[int] | list[list[int]]) -> str | list[int]:
+    """A string; several strings joined by newlines (as GenAIServer does); or token ids."""
+    if isinstance(prompt, str):
+        return prompt
+    if not prompt:
+        return ""
+    if all(isinstance(p, str) for p in prompt):
+        return "\n".join(prompt)  # type: ignore[arg-type]
+    if all(isinstance(p, int) for p in prompt):
+        return list(prompt)  # type: ignore[arg-type]
+    if len(prompt) == 1 and isinstance(prompt[0], list):
+        return list(prompt[0])
+    raise InvalidInput("a batch of token-id prompts is not supported; send one prompt per request", "prompt")
+
+
+def echo_text(body: CompletionRequest) -> str | None:
+    """The prompt to repeat before the completion (`echo`), for text prompts."""
+    if not body.echo:
+        return None
+    prompt = completion_prompt(body.prompt)
+    if not isinstance(prompt, str):
+        raise InvalidInput("echo is supported for text prompts only", "echo")
+    return prompt
+
+
+def completion_request(body: CompletionRequest) -> GenerateRequest:
+    if body.suffix:
+        raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
+    if body.best_of not in (None, 1):
+        raise InvalidInput("best_of > 1 is not supported", "best_of")
+    n_top = body.logprobs
+    return GenerateRequest(prompt=completion_prompt(body.prompt),
+                           sampling=sampling(body, n_top is not None, n_top or 0), **_common(body))
+
+
+# ---- responses --------------------------------------------------------------------------------
+def usage_dict(u: Usage, antfly: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                           "total_tokens": u.total_tokens,
+                           "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens}}
+    if antfly:
+        out["cached_prompt_tokens"] = u.cached_prompt_tokens
+    return out
+
+
+def timings(u: Usage) -> dict[str, Any]:
+    return {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
+            "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+
+
+def _lp_entry(token: str, lp: float, b: bytes) -> dict[str, Any]:
+    return {"token": token, "logprob": lp, "bytes": list(b)}
+
+
+def chat_logprobs(lps: list[TokenLogprob]) -> dict[str, Any]:
+    return {"content": [{**_lp_entry(t.text, t.logprob, t.bytes),
+                         "top_logprobs": [_lp_entry(s, lp, b) for _i, s, b, lp in t.top]} for t in lps],
+            "refusal": None}
+
+
+def completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
+    offsets, pos = [], offset
+    for t in lps:
+        offsets.append(pos)
+        pos += len(t.text)
+    return {"tokens": [t.text for t in lps], "token_logprobs": [t.logprob for t in lps],
+            "top_logprobs": [{s: lp for _i, s, _b, lp in t.top} for t in lps], "text_offset": offsets}
+
+
+def chat_response(g: Generation, antfly: bool = False) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": g.text},
+                              "logprobs": chat_logprobs(g.logprobs) if g.logprobs is not None else None,
+                              "finish_reason": g.finish_reason}
+    return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
+            "choices": [choice], "usage": usage_dict(g.usage, antfly), "timings": timings(g.usage)}
+
+
+def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
+    prefix = echo_text or ""
+    choice = {"index": 0, "text": prefix + g.text, "finish_reason": g.finish_reason,
+              "logprobs": completion_logprobs(g.logprobs, len(prefix)) if g.logprobs is not None else None}
+    return {"id": new_id("cmpl"), "object": "text_completion", "created": int(g.created), "model": g.model,
+            "choices": [choice], "usage": usage_dict(g.usage), "timings": timings(g.usage)}
+
+
+# ---- streams ----------------------------------------------------------------------------------
+def _progress(chunk: dict[str, Any], u: Usage | None, first: bool) -> dict[str, Any]:
+    """GenAIServer's stream extensions: ttft once, tps and generated_tokens as they go."""
+    if u is not None:
+        if first:
+            chunk["ttft"] = round(u.ttft, 6)
+        chunk["tps"] = round(u.tps, 3)
+        chunk["generated_tokens"] = u.completion_tokens
+    return chunk
+
+
+async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) -> AsyncIterator[dict[str, Any]]:
+    cid, created = "chatcmpl-" + stream.id, int(stream.created)
+    head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model}
+    want_lp = stream.req.sampling.logprobs
+    yield {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                "finish_reason": None}]}
+    first, usage = True, None
+    async for d in stream:
+        usage = d.usage or usage
+        if d.text or (want_lp and d.logprobs):
+            choice = {"index": 0, "delta": {"content": d.text},
+                      "logprobs": chat_logprobs(d.logprobs) if want_lp else None, "finish_reason": None}
+            yield _progress({**head, "choices": [choice]}, d.usage, first)
+            first = False
+        if d.finish_reason:
+            final = {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                          "finish_reason": d.finish_reason}]}
+            yield _progress(final, d.usage, first)
+    if include_usage and usage is not None:
+        yield {**head, "choices": [], "usage": usage_dict(usage, antfly), "timings": timings(usage)}
+
+
+async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | None = None
+                            ) -> AsyncIterator[dict[str, Any]]:
+    cid, created = "cmpl-" + stream.id, int(stream.created)
+    head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model}
+    want_lp = stream.req.sampling.logprobs
+    first, usage, offset = True, None, 0
+    if echo_text:
+        yield {**head, "choices": [{"index": 0, "text": echo_text, "logprobs": None, "finish_reason": None}]}
+        offset = len(echo_text)
+    async for d in stream:
+        usage = d.usage or usage
+        if d.text or (want_lp and d.logprobs) or d.finish_reason:
+            choice = {"index": 0, "text": d.text, "finish_reason": d.finish_reason,
+                      "logprobs": completion_logprobs(d.logprobs, offset) if want_lp else None}
+            offset += len(d.text)
+            yield _progress({**head, "choices": [choice]}, d.usage, first)
+            first = False
+    if include_usage and usage is not None:
+        yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage)}

@@ -1,0 +1,119 @@
+"""Stream writers for generation: SSE (OpenAI and Antfly faces) and NDJSON (Ollama).
+
+- The response always closes its GenerationStream when it ends, however it ends (done,
+  error, client gone): that cancels an unfinished sequence, so no token is generated for a
+  client that left, and releases the admission slot.
+- A failure after the first byte cannot change the status any more; it becomes an error
+  frame in the stream's own format, and the stream ends without its normal terminator.
+- Non-streamed requests watch for the client leaving too (`cancel_on_disconnect`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from inferd.api.errors import error_body
+from inferd.errors import Cancelled, InferdError
+
+log = logging.getLogger("inferd.api")
+
+T = TypeVar("T")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class ClosingStream(StreamingResponse):
+    """A StreamingResponse that awaits `on_close` once the response is over, whether it
+    finished, failed, or was cut off by a disconnect (even before the first chunk)."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], Awaitable[None]], media_type: str,
+                 headers: dict[str, str] | None = None):
+        super().__init__(content, media_type=media_type, headers=headers)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            await self._on_close()
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def _log_failure(e: BaseException) -> None:
+    if not isinstance(e, InferdError):
+        log.error("stream failed", exc_info=e)
+
+
+def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], Awaitable[None]],
+                 family: str = "openai") -> ClosingStream:
+    """`data: {json}` per frame, then `data: [DONE]`. On failure: OpenAI family
+    `data: {"error": {...}}`, Antfly `event: error` with a plain-text message; no [DONE]."""
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            async for frame in frames:
+                yield f"data: {_dumps(frame)}\n\n"
+        except Exception as e:
+            _log_failure(e)
+            _, err, _ = error_body(e, family)
+            if family == "antfly":
+                text = err.get("message", "generation failed").replace("\n", " ")
+                yield f"event: error\ndata: {text}\n\n"
+            else:
+                yield f"data: {_dumps(err)}\n\n"
+            return
+        yield "data: [DONE]\n\n"
+
+    return ClosingStream(body(), on_close, "text/event-stream", SSE_HEADERS)
+
+
+def ndjson_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], Awaitable[None]]) -> ClosingStream:
+    """One JSON object per line (Ollama). On failure: a final `{"error": "..."}` line."""
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            async for frame in frames:
+                yield _dumps(frame) + "\n"
+        except Exception as e:
+            _log_failure(e)
+            _, err, _ = error_body(e, "ollama")
+            yield _dumps(err) + "\n"
+
+    return ClosingStream(body(), on_close, "application/x-ndjson")
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it if the client disconnects first (its generation stops at
+    the next step instead of running to max_tokens for nobody)."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise Cancelled("client disconnected")

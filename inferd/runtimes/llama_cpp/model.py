@@ -1,0 +1,149 @@
+"""A loaded GGUF model: weights, vocabulary, metadata, tokenize / detokenize.
+
+Everything here is read-only once loaded, so any thread may tokenize while the worker
+thread decodes (llama.cpp's vocabulary is immutable; ctypes releases the GIL)."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from functools import cached_property
+from pathlib import Path
+
+import llama_cpp as L
+
+from inferd.errors import InvalidInput, ModelLoadFailed
+
+log = logging.getLogger("inferd.llama")
+
+_backend_once = threading.Lock()
+_backend_ready = False
+
+
+_GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT
+
+
+def _quiet_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp prints its load chatter to stderr; keep errors, forward to our logger.
+    if level == _GGML_LOG_LEVEL_ERROR and text:
+        log.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+
+_LOG_CB = L.llama_log_callback(_quiet_log)  # must outlive every llama.cpp call
+
+
+def init_backend() -> None:
+    global _backend_ready
+    with _backend_once:
+        if not _backend_ready:
+            L.llama_backend_init()
+            L.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+            _backend_ready = True
+
+
+class LlamaModel:
+    """Weights + vocabulary of one GGUF file (no context: see context.py)."""
+
+    def __init__(self, path: Path):
+        init_backend()
+        self.path = Path(path)
+        params = L.llama_model_default_params()
+        params.n_gpu_layers = 0
+        model = L.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            raise ModelLoadFailed(f"llama.cpp could not load {self.path} (not a valid GGUF model?)")
+        self.ptr = model
+        self.vocab = L.llama_model_get_vocab(model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = L.llama_model_n_ctx_train(model)
+        self.bos = L.llama_vocab_bos(self.vocab)
+        self.eos = L.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
+        self._piece_cache: dict[int, bytes] = {}
+
+    def close(self) -> None:
+        if self.ptr:
+            L.llama_model_free(self.ptr)
+            self.ptr = None
+
+    # ---- metadata ---------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):  # long values (chat templates): ask again with room for all of it
+            buf = ctypes.create_string_buffer(n + 1)
+            L.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @cached_property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or ""
+
+    @cached_property
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    @cached_property
+    def eog_tokens(self) -> frozenset[int]:
+        """Every end-of-generation token (eos, eot, <end_of_turn>, ...). Scanned once."""
+        return frozenset(t for t in range(self.n_vocab) if L.llama_vocab_is_eog(self.vocab, t))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry itself (special tokens as written), for templates and logs."""
+        return self.piece(token, special=True).decode("utf-8", "replace")
+
+    # ---- tokens <-> text --------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            raise InvalidInput("text could not be tokenized")
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes one token contributes to the output (special tokens empty unless `special`)."""
+        key = token if not special else -1 - token
+        hit = self._piece_cache.get(key)
+        if hit is not None:
+            return hit
+        buf = ctypes.create_string_buffer(64)
+        n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        out = buf.raw[:n]
+        self._piece_cache[key] = out
+        return out
+
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        self.check_tokens(tokens)
+        if not tokens:
+            return ""
+        arr = (L.llama_token * len(tokens))(*tokens)
+        cap = len(tokens) * 16 + 16
+        buf = ctypes.create_string_buffer(cap)
+        n = L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, special)
+        if n < 0:
+            cap = -n
+            buf = ctypes.create_string_buffer(cap)
+            n = L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, special)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def check_tokens(self, tokens: list[int], param: str = "tokens") -> None:
+        bad = [t for t in tokens if not isinstance(t, int) or t < 0 or t >= self.n_vocab]
+        if bad:
+            raise InvalidInput(f"token id {bad[0]} is out of range for this model (vocabulary of "
+                               f"{self.n_vocab})", param)

@@ -1,0 +1,41 @@
+"""One onnxruntime session per loaded encoder: inputs discovered from the graph, threads set
+from --threads, CPU execution provider."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from inferd.errors import ModelLoadFailed
+
+_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+class OnnxSession:
+    def __init__(self, model: Path | bytes, threads: int | None = None):
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        try:
+            self.sess = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
+                                             providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own types for bad graphs
+            raise ModelLoadFailed(f"onnxruntime could not load the graph: {e}") from e
+        self.inputs = {i.name: _INT_TYPES.get(i.type, np.int64) for i in self.sess.get_inputs()}
+        if "input_ids" not in self.inputs:
+            raise ModelLoadFailed(f"the graph has no input_ids input (inputs: {sorted(self.inputs)})")
+        self.outputs = {o.name: o.shape for o in self.sess.get_outputs()}
+
+    def run(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray,
+            outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if "position_ids" in self.inputs:
+            feed["position_ids"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+        feed = {k: np.ascontiguousarray(v, dtype=self.inputs[k]) for k, v in feed.items() if k in self.inputs}
+        names = outputs or list(self.outputs)
+        return dict(zip(names, self.sess.run(names, feed)))

@@ -1,0 +1,159 @@
+"""Dynamic batching for encoder models (embedders, rerankers, token classifiers).
+
+Requests submit items (already tokenized; an item's cost is its token count). While the
+model's worker thread runs one forward pass, new items wait; when it is free, the batcher
+takes everything waiting, sorts it by length (so a batch pads as little as possible), cuts it
+into batches whose padded size (items x longest) fits `max_tokens` and `max_items`, and runs
+them one after another, each as ONE forward pass. A lone request therefore waits for nothing,
+and 32 concurrent one-sentence requests cost about two forward passes instead of 32.
+
+- Items whose request went away (future cancelled) are dropped before their batch runs.
+- If a forward pass raises, only the items of that batch fail, each with its own error.
+- Each batcher owns one worker thread: the model is never run from two threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from inferd.errors import InferdError, InferenceFailed
+
+log = logging.getLogger("inferd.batcher")
+
+RunBatch = Callable[[list[Any]], Sequence[Any]]
+
+
+@dataclass
+class _Entry:
+    item: Any
+    cost: int
+    fut: asyncio.Future
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    items: int = 0
+    padded_tokens: int = 0
+    cancelled: int = 0
+    failed_batches: int = 0
+
+
+def plan(costs: Sequence[int], max_tokens: int, max_items: int) -> list[list[int]]:
+    """Indexes grouped into batches: sorted by cost, each batch's padded size within budget
+    (an item larger than the budget runs alone). Pure, so it is tested on its own."""
+    order = sorted(range(len(costs)), key=lambda i: costs[i])
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        longest = costs[i]  # sorted ascending: the newcomer is the longest so far
+        if cur and ((len(cur) + 1) * longest > max_tokens or len(cur) >= max_items):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+class Batcher:
+    def __init__(self, run: RunBatch, max_tokens: int = 8192, max_items: int = 512, name: str = "encoder"):
+        self.run, self.max_tokens, self.max_items, self.name = run, max(1, max_tokens), max(1, max_items), name
+        self._pending: list[_Entry] = []
+        self._worker: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
+        self.stats = BatchStats()
+        self.closed = False
+
+    async def submit(self, items: Sequence[Any], costs: Sequence[int]) -> list[Any]:
+        """Results in item order. Raises the first failure; see submit_each for per-item errors."""
+        results = await self.submit_each(items, costs)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results
+
+    async def submit_each(self, items: Sequence[Any], costs: Sequence[int]) -> list[Any]:
+        """Results in item order, where a failed item's result is its exception."""
+        if self.closed:
+            raise InferenceFailed(f"model '{self.name}' was unloaded; retry the request")
+        if not items:
+            return []
+        loop = asyncio.get_running_loop()
+        entries = [_Entry(it, max(1, int(c)), loop.create_future()) for it, c in zip(items, costs)]
+        self._pending.extend(entries)
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._drain())
+        try:
+            return list(await asyncio.gather(*(e.fut for e in entries), return_exceptions=True))
+        except asyncio.CancelledError:
+            for e in entries:  # the batcher skips these
+                e.fut.cancel()
+            raise
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            round_, self._pending = self._pending, []
+            live = [e for e in round_ if not e.fut.done()]
+            self.stats.cancelled += len(round_) - len(live)
+            for idx in plan([e.cost for e in live], self.max_tokens, self.max_items):
+                batch = [live[i] for i in idx if not live[i].fut.done()]
+                self.stats.cancelled += len(idx) - len(batch)
+                if not batch:
+                    continue
+                try:
+                    out = await loop.run_in_executor(self._executor, self._run, [e.item for e in batch])
+                except BaseException as exc:  # noqa: BLE001 - every entry must hear about it
+                    self.stats.failed_batches += 1
+                    for e in batch:
+                        if not e.fut.done():
+                            e.fut.set_exception(_per_entry(exc))
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                self.stats.batches += 1
+                self.stats.items += len(batch)
+                self.stats.padded_tokens += len(batch) * max(e.cost for e in batch)
+                for e, r in zip(batch, out):
+                    if not e.fut.done():
+                        e.fut.set_result(r)
+
+    def _run(self, items: list[Any]) -> Sequence[Any]:
+        out = self.run(items)
+        if len(out) != len(items):
+            raise InferenceFailed(f"model '{self.name}' returned {len(out)} results for {len(items)} inputs")
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+        for e in self._pending:
+            if not e.fut.done():
+                e.fut.get_loop().call_soon_threadsafe(_fail, e.fut)
+        self._pending = []
+        self._executor.shutdown(wait=True)
+
+
+def _fail(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(InferenceFailed("the model was unloaded while the request waited; retry"))
+
+
+def _per_entry(exc: BaseException) -> BaseException:
+    """A fresh exception per entry: one shared instance would collect tracebacks from all."""
+    if isinstance(exc, InferdError):
+        return _clone(exc)
+    log.error("encoder batch failed", exc_info=exc)
+    return InferenceFailed(f"inference failed: {exc}")
+
+
+def _clone(exc: InferdError) -> InferdError:
+    new = InferdError.__new__(type(exc))
+    new.__dict__.update(exc.__dict__)
+    new.args = exc.args
+    return new

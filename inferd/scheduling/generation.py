@@ -1,0 +1,357 @@
+"""The continuous-batching loop of one generator model, on its own worker thread.
+
+Every step is ONE decode call that carries the next token of every generating sequence
+plus chunks of prompts still being prefilled, so a long prompt never stalls running
+streams for more than one step, and many chats share each pass over the weights.
+
+Slots: `n_seq` sequences live in the model's KV cache at once; a finished sequence leaves
+its tokens there as a prompt cache. A new job takes the free slot whose cached tokens
+share the longest prefix with its prompt, or borrows a longer prefix from any other slot
+(live or idle) by copying cells, and prefills only the rest: a multi-turn chat does not
+recompute its history. Jobs beyond the slots wait in arrival order.
+
+The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
+scheduling policy and knows nothing about llama.cpp."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed
+from inferd.scheduling.textout import TextOut
+from inferd.types import Delta, FinishReason, TokenLogprob, Usage
+
+log = logging.getLogger("inferd.generation")
+
+
+class Backend(Protocol):
+    n_seq: int          # slots
+    n_ctx_seq: int      # tokens one sequence may hold
+    n_batch: int        # tokens one decode may carry
+
+    def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]: ...
+    def sample(self, sampler: Any, row: int) -> int: ...
+    def logprob(self, row: int, token: int, top_n: int) -> TokenLogprob: ...
+    def piece(self, token: int) -> bytes: ...
+    def is_eog(self, token: int) -> bool: ...
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+    def clear(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Job:
+    """One sequence to generate. `sink` receives Deltas on the worker thread and must not
+    block (the service hands them to its event loop)."""
+
+    prompt: list[int]
+    sampler: Any                      # .close(); sampled through Backend.sample
+    max_tokens: int
+    sink: Callable[[Delta], None]
+    stop: list[str] = field(default_factory=list)
+    top_logprobs: int | None = None   # None: no logprobs
+    arrived: float = field(default_factory=time.perf_counter)
+    stream: bool = False
+    # ---- worker state ----
+    cancelled: bool = False
+    slot: int | None = None
+    cached: int = 0
+    generated: list[int] = field(default_factory=list)
+    next_token: int | None = None
+    out: TextOut | None = None
+    t_admitted: float = 0.0
+    t_first: float = 0.0
+    t_last: float = 0.0
+    done: bool = False
+
+    def usage(self, now: float) -> Usage:
+        n = len(self.generated)
+        gen_s = (self.t_last - self.t_first) if self.t_first else 0.0
+        return Usage(prompt_tokens=len(self.prompt), completion_tokens=n, cached_prompt_tokens=self.cached,
+                     ttft=(self.t_first - self.arrived) if self.t_first else 0.0,
+                     tps=(n - 1) / gen_s if n > 1 and gen_s > 0 else 0.0,
+                     queue_seconds=max(0.0, (self.t_admitted or now) - self.arrived),
+                     prompt_seconds=(self.t_first - self.t_admitted) if self.t_first else 0.0,
+                     generation_seconds=gen_s, total_seconds=now - self.arrived)
+
+
+@dataclass
+class Slot:
+    id: int
+    cache: list[int] = field(default_factory=list)  # tokens whose KV cells this sequence holds
+    job: Job | None = None
+    last_used: float = 0.0
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class GenerationEngine:
+    def __init__(self, backend: Backend, name: str = "model"):
+        self.backend, self.name = backend, name
+        self.slots = [Slot(i) for i in range(backend.n_seq)]
+        self.waiting: collections.deque[Job] = collections.deque()
+        self._inbox: list[Job] = []
+        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future]] = []
+        self._cond = threading.Condition()
+        self._closing = False
+        self.dead: BaseException | None = None
+        self.steps = 0
+        self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
+        self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
+        self._thread.start()
+
+    # ---- any thread -------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            if self._closing or self.dead is not None:
+                raise InferenceFailed(f"model '{self.name}' is shutting down" if self._closing else
+                                      f"the worker of model '{self.name}' died: {self.dead}")
+            self._inbox.append(job)
+            self._cond.notify()
+
+    def cancel(self, job: Job) -> None:
+        """Stop `job` at the next step (no more tokens are generated for it)."""
+        with self._cond:
+            job.cancelled = True
+            self._cond.notify()
+
+    def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True) -> concurrent.futures.Future:
+        """Run `fn` on the worker once no sequence is active; jobs arriving meanwhile wait.
+        For changes that invalidate the KV cache (switching a LoRA adapter)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            self._idle_calls.append((fn, reset_cache, fut))
+            self._cond.notify()
+        return fut
+
+    @property
+    def active(self) -> int:
+        return sum(1 for s in self.slots if s.job is not None)
+
+    @property
+    def queued(self) -> int:
+        return len(self.waiting) + len(self._inbox)
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    # ---- worker thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not (self._inbox or self.waiting or self.active or self._idle_calls or self._closing):
+                        self._cond.wait()
+                    self.waiting.extend(self._inbox)
+                    self._inbox.clear()
+                    closing = self._closing
+                if closing:
+                    self._fail_all(Cancelled(f"model '{self.name}' was unloaded"))
+                    self._fail_idle_calls(InferenceFailed(f"model '{self.name}' was unloaded"))
+                    return
+                try:
+                    self._step()
+                except Exception as e:  # a failed decode loses every sequence in the batch
+                    log.exception("generation step failed on %s", self.name)
+                    err = e if isinstance(e, InferdError) else InferenceFailed(f"generation failed: {e}")
+                    self._fail_all(err)
+                    self._reset_cache()
+        except BaseException as e:  # never leave a request hanging, even on a bug
+            self.dead = e
+            log.exception("generation worker of %s died", self.name)
+            self._fail_all(InferenceFailed(f"generation worker failed: {e}"))
+            self._fail_idle_calls(InferenceFailed(f"generation worker failed: {e}"))
+
+    def _step(self) -> None:
+        now = time.perf_counter()
+        self._drop_cancelled(now)
+        if self._idle_calls:
+            if self.active == 0:
+                self._run_idle_calls()
+            # else: admit nothing until the active sequences finish
+        else:
+            self._admit(now)
+        entries, jobs = self._build_batch()
+        if not entries:
+            return
+        rows = self.backend.decode(entries)
+        self.steps += 1
+        self.batch_sizes[len(entries)] += 1
+        now = time.perf_counter()
+        for (seq, toks, _p0, _want), job, row in zip(entries, jobs, rows):
+            self.slots[seq].cache.extend(toks)
+            if row >= 0:
+                self._on_token(job, row, now)
+
+    def _drop_cancelled(self, now: float) -> None:
+        for job in [j for j in self.waiting if j.cancelled]:
+            self.waiting.remove(job)
+            self._finish(job, "cancelled", now)
+        for slot in self.slots:
+            if slot.job is not None and slot.job.cancelled:
+                self._finish(slot.job, "cancelled", now)
+
+    def _admit(self, now: float) -> None:
+        while self.waiting:
+            free = [s for s in self.slots if s.job is None]
+            if not free:
+                return
+            job = self.waiting.popleft()
+            if len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
+                self._emit(job, Delta(error=ContextOverflow(
+                    f"the prompt has {len(job.prompt)} tokens; this model's context holds {self.backend.n_ctx_seq}")))
+                self._close_job(job)
+                continue
+            self._assign(job, free, now)
+            if job.max_tokens <= 0:
+                self._finish(job, "length", now)
+
+    def _assign(self, job: Job, free: list[Slot], now: float) -> None:
+        prompt = job.prompt
+        limit = len(prompt) - 1  # the last prompt token is always decoded: its logits start generation
+        own = max(free, key=lambda s: (min(common_prefix(s.cache, prompt), limit), -s.last_used))
+        keep = min(common_prefix(own.cache, prompt), limit)
+        donor, donor_keep = None, keep
+        for s in self.slots:
+            if s is not own:
+                n = min(common_prefix(s.cache, prompt), limit)
+                if n > donor_keep:
+                    donor, donor_keep = s, n
+        if donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
+            self.backend.seq_rm(own.id, -1, -1)
+            self.backend.seq_cp(donor.id, own.id, 0, donor_keep)
+            own.cache = prompt[:donor_keep]
+            keep = donor_keep
+        elif not self.backend.seq_rm(own.id, keep, -1):  # partial removal unsupported: start over
+            self.backend.seq_rm(own.id, -1, -1)
+            keep = 0
+            own.cache = []
+        else:
+            own.cache = own.cache[:keep]
+        job.slot, job.cached, job.t_admitted = own.id, keep, now
+        job.out = TextOut(job.stop)
+        own.job, own.last_used = job, now
+
+    def _build_batch(self) -> tuple[list[tuple[int, list[int], int, bool]], list[Job]]:
+        entries: list[tuple[int, list[int], int, bool]] = []
+        jobs: list[Job] = []
+        prefilling: list[Slot] = []
+        for slot in self.slots:
+            job = slot.job
+            if job is None:
+                continue
+            if job.next_token is not None:
+                entries.append((slot.id, [job.next_token], len(slot.cache), True))
+                jobs.append(job)
+            else:
+                prefilling.append(slot)
+        budget = self.backend.n_batch - len(entries)
+        for slot in sorted(prefilling, key=lambda s: s.job.t_admitted):  # oldest prompt first
+            if budget <= 0:
+                break
+            rest = slot.job.prompt[len(slot.cache):]
+            chunk = rest[:budget]
+            entries.append((slot.id, chunk, len(slot.cache), len(chunk) == len(rest)))
+            jobs.append(slot.job)
+            budget -= len(chunk)
+        return entries, jobs
+
+    def _on_token(self, job: Job, row: int, now: float) -> None:
+        be = self.backend
+        tok = be.sample(job.sampler, row)
+        if not job.t_first:
+            job.t_first = now
+        job.t_last = now
+        if be.is_eog(tok):
+            job.next_token = None
+            self._finish(job, "stop", now)
+            return
+        lp = [be.logprob(row, tok, job.top_logprobs)] if job.top_logprobs is not None else []
+        job.generated.append(tok)
+        text = job.out.feed(be.piece(tok))
+        slot = self.slots[job.slot]
+        if job.out.stopped:
+            self._finish(job, "stop", now, text, [tok], lp)
+        elif len(job.generated) >= job.max_tokens or len(slot.cache) + 1 > be.n_ctx_seq:
+            self._finish(job, "length", now, text, [tok], lp)
+        else:
+            job.next_token = tok
+            self._emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
+
+    def _finish(self, job: Job, reason: FinishReason, now: float, text: str = "", tokens: list[int] | None = None,
+                logprobs: list[TokenLogprob] | None = None) -> None:
+        if reason != "cancelled" and job.out is not None:
+            text += job.out.flush()
+        job.next_token = None
+        self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
+                              usage=job.usage(now)))
+        self._close_job(job)
+
+    def _close_job(self, job: Job) -> None:
+        job.done = True
+        if job.slot is not None:
+            slot = self.slots[job.slot]
+            slot.job, slot.last_used = None, time.perf_counter()
+        try:
+            job.sampler.close()
+        except Exception:
+            log.exception("closing a sampler failed")
+
+    def _emit(self, job: Job, delta: Delta) -> None:
+        try:
+            job.sink(delta)
+        except Exception:  # the listener is gone (closed loop): stop generating for it
+            log.debug("delta sink failed; cancelling", exc_info=True)
+            job.cancelled = True
+
+    def _fail_all(self, err: BaseException) -> None:
+        with self._cond:
+            self.waiting.extend(self._inbox)
+            self._inbox.clear()
+        jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
+        self.waiting.clear()
+        for job in jobs:
+            job.next_token = None
+            self._emit(job, Delta(error=err))
+            self._close_job(job)
+
+    def _reset_cache(self) -> None:
+        for s in self.slots:
+            s.cache = []
+        try:
+            self.backend.clear()
+        except Exception:
+            log.exception("clearing the KV cache failed")
+
+    def _run_idle_calls(self) -> None:
+        with self._cond:
+            calls, self._idle_calls = self._idle_calls, []
+        for fn, reset, fut in calls:
+            try:
+                if reset:
+                    self._reset_cache()
+                fut.set_result(fn())
+            except BaseException as e:
+                fut.set_exception(e)
+
+    def _fail_idle_calls(self, err: BaseException) -> None:
+        with self._cond:
+            calls, self._idle_calls = self._idle_calls, []
+        for _fn, _reset, fut in calls:
+            fut.set_exception(err)

@@ -1,0 +1,153 @@
+"""Encoder verbs: embed (dense and sparse), rerank, and the model-based half of chunking.
+
+Every verb: resolve the served name (unknown -> 404, wrong kind -> 400), take an admission
+slot, hold the loaded runtime, tokenize off the event loop, then hand the items to the
+model's dynamic batcher, which runs them with other requests' items in shared forward passes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InferdError, InvalidInput, ModelNotSupported
+from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
+
+EmbedInput = str | Sequence[int]   # text, or token ids
+_INLINE_CHARS = 2000  # inputs this small are tokenized on the event loop (tens of microseconds)
+
+
+@dataclass
+class EmbedResult:
+    model: str
+    dims: int
+    sparse: bool
+    # One per input, in order: np.ndarray (dense), SparseVector (sparse), or the item's error.
+    items: list[Any] = field(default_factory=list)
+    prompt_tokens: int = 0
+
+    @property
+    def errors(self) -> list[tuple[int, InferdError]]:
+        return [(i, x) for i, x in enumerate(self.items) if isinstance(x, InferdError)]
+
+
+@dataclass
+class RerankResult:
+    model: str
+    scores: list[float]
+    prompt_tokens: int
+
+
+class EncoderVerbs:
+    def encoder_spec(self, model: str | None, kind: ModelKind) -> ModelSpec:
+        """An omitted model means the only one of its kind (the openai-server seed serves one
+        model and ignores `model`); with several it must be named."""
+        if not model:
+            found = self.registry.of_kind(kind)  # type: ignore[attr-defined]
+            if len(found) == 1:
+                return found[0]
+            raise InvalidInput(f"'model' is required ({len(found)} {kind.plural} are served)", "model")
+        return self.registry.resolve(model, [kind])  # type: ignore[attr-defined]
+
+    async def embed(self, model: str | None, inputs: Sequence[EmbedInput], *, task: str | None = None,
+                    dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
+                    keep_alive: float | None = None) -> EmbedResult:
+        """Embeddings for `inputs`. With per_item, a bad input (empty, too long without
+        truncation, bad token ids, failed batch) becomes that item's error; otherwise the first
+        one fails the request."""
+        spec = self.encoder_spec(model, ModelKind.EMBEDDER)
+        if not inputs:
+            raise InvalidInput("'input' must not be empty", "input")
+        if dimensions is not None and dimensions < 1:
+            raise InvalidInput("dimensions must be at least 1", "dimensions")
+        async with self.admission.slot():  # type: ignore[attr-defined]
+            async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as rt:  # type: ignore[attr-defined]
+                if dimensions is not None:
+                    if rt.sparse:
+                        raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
+                    if dimensions > rt.dims:
+                        raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {rt.dims}",
+                                           "dimensions")
+                rt.prefix(task)  # an unknown task_type is the whole request's error
+                if sum(len(x) for x in inputs) <= _INLINE_CHARS:  # a thread hop costs more than this
+                    prepared = _prepare(rt, inputs, task, truncate)
+                else:
+                    prepared = await asyncio.to_thread(_prepare, rt, inputs, task, truncate)
+                if not per_item:
+                    for x in prepared:
+                        if isinstance(x, InferdError):
+                            raise x
+                ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
+                outs = await rt.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
+        items: list[Any] = list(prepared)
+        tokens = 0
+        for i, out in zip(ok, outs):
+            if isinstance(out, BaseException):
+                if not per_item:
+                    raise out
+                items[i] = out if isinstance(out, InferdError) else InvalidInput(str(out))
+                continue
+            tokens += len(prepared[i])
+            if dimensions is not None:
+                out = out[:dimensions] / max(float(np.linalg.norm(out[:dimensions])), 1e-12)
+            items[i] = out
+        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens)
+
+    async def rerank(self, model: str | None, query: str, documents: Sequence[str],
+                     keep_alive: float | None = None) -> RerankResult:
+        """Relevance of each document to `query`, in input order (higher is more relevant)."""
+        spec = self.encoder_spec(model, ModelKind.RERANKER)
+        if not query.strip():
+            raise InvalidInput("'query' must not be empty", "query")
+        if not documents:
+            return RerankResult(spec.name, [], 0)
+        async with self.admission.slot():  # type: ignore[attr-defined]
+            async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as rt:  # type: ignore[attr-defined]
+                encs = await asyncio.to_thread(rt.prepare, query, list(documents))
+                outs = await rt.batcher.submit(encs, [len(e) for e in encs])
+                scores = rt.combine(outs, len(documents))
+        return RerankResult(spec.name, scores, sum(len(e) for e in encs))
+
+    async def model_chunks(self, spec: ModelSpec, text: str, cfg: FixedConfig, threshold: float) -> list[Chunk]:
+        """Chunks from a token-classifier chunker: a chunk ends after each token whose boundary
+        probability exceeds `threshold`; pieces over target_tokens are split the fixed way."""
+        if spec.format == "builtin":
+            raise ModelNotSupported(f"'{spec.name}' is not a model-based chunker")
+        async with self.registry.use(spec.name, [ModelKind.CHUNKER]) as rt:  # type: ignore[attr-defined]
+            windows = await asyncio.to_thread(rt.windows, text)
+            probs = await rt.batcher.submit([w.enc for w in windows], [len(w.enc) for w in windows])
+        ends = [w.offsets[j][1] for w, p in zip(windows, probs) for j in np.flatnonzero(p > threshold)]
+        return await asyncio.to_thread(chunks_from_boundaries, text, ends, cfg)
+
+
+def _prepare(rt: Any, inputs: Sequence[EmbedInput], task: str | None, truncate: bool) -> list[Any]:
+    """Tokenize every input (on a worker thread). Bad inputs become InvalidInput in place."""
+    out: list[Any] = [None] * len(inputs)
+    texts = [(i, x) for i, x in enumerate(inputs) if isinstance(x, str)]
+    for i, x in texts:
+        if not x.strip():
+            out[i] = InvalidInput(f"input[{i}] is empty", "input")
+    good = [(i, x) for i, x in texts if out[i] is None]
+    if good:
+        for (i, _), enc in zip(good, rt.prepare([x for _, x in good], task)):
+            out[i] = enc
+    for i, x in enumerate(inputs):
+        if isinstance(x, str):
+            continue
+        if len(x) == 0:
+            out[i] = InvalidInput(f"input[{i}] is empty", "input")
+            continue
+        try:
+            out[i] = rt.prepare_ids(x)
+        except InvalidInput as e:
+            out[i] = InvalidInput(f"input[{i}]: {e.message}", "input")
+    if not truncate:
+        for i, enc in enumerate(out):
+            if not isinstance(enc, InferdError) and enc.truncated:
+                out[i] = InvalidInput(f"input[{i}] is longer than the model's limit of {rt.max_length} tokens "
+                                      "and truncation is off", "input")
+    return out

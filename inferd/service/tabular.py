@@ -1,0 +1,66 @@
+"""Tabular predictor verbs (/ml/v1): the predictor catalog and batch prediction.
+
+A request is admitted (admission control), its model is loaded on first use and kept by
+the registry (keep-alive, LRU), and the vectorised evaluation runs on a worker thread so
+the event loop never blocks on numpy."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InvalidInput, PayloadTooLarge
+from inferd.registry.spec import ModelKind, ModelSpec
+
+MAX_ROWS = 10_000
+
+
+@dataclass
+class PredictResult:
+    model: str
+    task: str
+    predictions: list[list[float]]
+
+
+class TabularVerbs:
+    _predictor_info: dict[str, dict[str, Any]]  # set by InferenceService.__post_init__
+
+    def predictor_info(self, spec: ModelSpec) -> dict[str, Any]:
+        """Catalog entry of one predictor: from discovery's check, else read once from its file.
+        A file that has become unreadable is reported in the entry, not raised."""
+        info = spec.manifest.get("tabular") or self._predictor_info.get(spec.name)
+        if info is None:
+            from inferd.runtimes.tabular import IRError, check_file, model_file
+
+            try:
+                info = check_file(model_file(spec.path)) if spec.path else {"error": "no model file"}
+            except IRError as e:
+                info = {"error": str(e)}
+            self._predictor_info[spec.name] = info
+        loaded = spec.name in self.registry.loaded
+        return {**info, "format": spec.format, "source": spec.source, "loaded": loaded}
+
+    def predictors(self) -> dict[str, dict[str, Any]]:
+        return {s.name: self.predictor_info(s) for s in self.models(ModelKind.PREDICTOR)}
+
+    async def predict(self, model: str, rows: list[list[float | None]]) -> PredictResult:
+        spec = self.registry.resolve(model, [ModelKind.PREDICTOR])
+        if len(rows) > MAX_ROWS:
+            raise PayloadTooLarge(f"'input' has {len(rows)} rows; at most {MAX_ROWS} per request")
+        async with self.admission.slot():
+            async with self.registry.use(spec.name, [ModelKind.PREDICTOR]) as predictor:
+                return await asyncio.to_thread(_run, predictor, rows)
+
+
+def _run(predictor, rows) -> PredictResult:
+    from inferd.runtimes.tabular import to_matrix
+
+    x = to_matrix(rows, predictor.num_features)
+    y = predictor.predict(x)
+    if not np.isfinite(y).all():  # e.g. an `exp` output overflowing: JSON cannot carry it
+        row = int(np.argwhere(~np.isfinite(y))[0][0])
+        raise InvalidInput(f"the prediction for input[{row}] is not a finite number (overflow)", f"input[{row}]")
+    return PredictResult(model=predictor.name, task=predictor.model.metadata.task, predictions=y.tolist())
