@@ -9,6 +9,7 @@ import pytest
 from tests.server import serve
 
 FAMILIES = {  # a POST route of each family that takes a JSON body
+    "openai": "/v1/chat/completions",
     "ollama": "/api/show",
     "antfly": "/ai/v1/chunk",
 }

@@ -159,7 +159,7 @@ class _Parser:
         line = self.s.count("\n", 0, pos) + 1
         col = pos - (self.s.rfind("\n", 0, pos) + 1) + 1
         near = self.s[pos:pos + 20].split("\n")[0]
-        where = f" near {near!r}" if near else " at end of grammar"
+        where = f" near {near!r}" if near else ""
         raise InvalidInput(f"invalid grammar: line {line}, column {col}: {msg}{where}", param=self.param)
 
     # -- lexing
@@ -199,7 +199,7 @@ class _Parser:
         """One possibly escaped character of a literal or class; returns its code point."""
         c = self.peek()
         if not c:
-            self.fail("unexpected end of grammar")
+            self.fail("unexpected end of the grammar")
         if c != "\\":
             self.pos += 1
             return ord(c)
@@ -262,7 +262,7 @@ class _Parser:
                 items.append(_Item("term", nullable=n == 0))
             elif c == "[":
                 items.append(self.char_class_item(start))
-            elif c == "." :
+            elif c == ".":
                 self.pos += 1
                 items.append(_Item("term"))
             elif c.isascii() and (c.isalnum() or c == "-"):
@@ -274,7 +274,7 @@ class _Parser:
                 self.space(True)
                 alts = self.alternates(nested=True)
                 if self.peek() != ")":
-                    self.fail("expected ')'", )
+                    self.fail("expected ')'")
                 self.pos += 1
                 items.append(_Item("group", alts=alts))
             elif c == "<" or (c == "!" and self.peek(1) == "<"):
@@ -304,6 +304,8 @@ class _Parser:
             hi = lo
             if self.peek() == "-" and self.peek(1) != "]":
                 self.pos += 1
+                if not self.peek():
+                    self.fail("unterminated character class", start)
                 hi = self.char(True)
                 if hi < lo:
                     self.fail(f"character range {chr(lo)!r}-{chr(hi)!r} is empty (end before start)", start)

@@ -14,7 +14,8 @@ llama.cpp, so all of it runs and is tested without a model.
 A forced tool call is written in the Hermes form that `inferd.chat.tools` parses:
 `<tool_call>\\n{"name": "fn", "arguments": {...}}\\n</tool_call>`, the arguments obeying that
 function's `parameters` schema. With `reasoning=("<think>", "</think>")` a grammar also
-lets a thinking model reason first (anything but the closing marker, then the marker).
+lets a thinking model reason first (anything but the closing marker, then the marker);
+`reasoning=("", "</think>")` when the prompt already opened the block.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def _finish(g: SchemaGrammar, root: str, reasoning: tuple[str, str] | None,
     extra = dict(extra or {})
     if reasoning:
         _through_marker(reasoning[1], extra)
-        root = f'( {literal(reasoning[0])} think-s0 [ \\n]{{0,2}} )? {root}'
+        if reasoning[0]:  # the model may think first
+            root = f'( {literal(reasoning[0])} think-s0 [ \\n]{{0,2}} )? {root}'
+        else:  # the prompt already opened the block: finish thinking, then answer
+            root = f'think-s0 [ \\n]{{0,2}} {root}'
     return g.text(root, extra)
 
 

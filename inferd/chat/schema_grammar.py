@@ -284,8 +284,13 @@ class SchemaGrammar:
         return self._merge(parts, f"{where}/allOf", doc)
 
     def _merge(self, parts: list, where: str, doc) -> dict:
-        """Intersect simple schemas: union properties/required, equal values elsewhere."""
+        """Intersect simple schemas: union properties/required, equal values elsewhere.
+
+        `additionalProperties` keeps its meaning per part: it judges the properties that
+        *that* part does not declare, so `false` in one part removes the others' extras.
+        """
         out: dict = {}
+        extras: list[tuple[set, object]] = []  # (names a part declares, its additionalProperties)
         for p in parts:
             while isinstance(p, dict) and "$ref" in p:
                 p = {**self._resolve(p["$ref"], where, doc), **{k: v for k, v in p.items() if k != "$ref"}}
@@ -295,8 +300,10 @@ class SchemaGrammar:
                 self.fail(where, "this combination of schemas is not supported")
             if "allOf" in p:
                 p = self._merge_all_of(p, where, doc)
+            if "additionalProperties" in p and p["additionalProperties"] is not True:
+                extras.append((set(p.get("properties", {})), p["additionalProperties"]))
             for k, v in p.items():
-                if k in ANNOTATIONS:
+                if k in ANNOTATIONS or k == "additionalProperties":
                     continue
                 if k == "properties":
                     props = dict(out.get("properties", {}))
@@ -309,6 +316,20 @@ class SchemaGrammar:
                     self.fail(where, f"conflicting values for '{k}' cannot be merged")
                 else:
                     out[k] = v
+        for names, extra in extras:
+            for prop in list(out.get("properties", {})):
+                if prop in names:
+                    continue
+                if extra is False:
+                    if prop in out.get("required", []):
+                        self.fail(where, f"required property {prop!r} is forbidden by additionalProperties: false")
+                    del out["properties"][prop]
+                else:
+                    out["properties"][prop] = self._merge([out["properties"][prop], extra], where, doc)
+        if extras:
+            schemas = [e for _, e in extras]
+            out["additionalProperties"] = False if False in schemas else (
+                schemas[0] if len(schemas) == 1 else self._merge(schemas, where, doc))
         return out
 
     # -- one method per type

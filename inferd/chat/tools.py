@@ -268,6 +268,15 @@ def hermes_system_prompt(specs: list[ToolSpec], choice: ToolChoice | None = None
     return text
 
 
+def _text(content) -> str:
+    """Text of a message content: a string, the text parts of a part list, else JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
+    return json.dumps(content, ensure_ascii=False)
+
+
 def _call_text(c: dict) -> str:
     body = {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
     return f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>"
@@ -286,11 +295,10 @@ def inline_tools(messages: list[dict], specs: list[ToolSpec], choice: ToolChoice
         m = dict(m)
         if m.get("tool_calls"):
             calls = "\n".join(_call_text(c) for c in m.pop("tool_calls"))
-            m["content"] = f"{m['content']}\n{calls}" if isinstance(m.get("content"), str) and m["content"] else calls
+            before = _text(m.get("content"))
+            m["content"] = f"{before}\n{calls}" if before else calls
         if m.get("role") == "tool":
-            text = m.get("content")
-            if not isinstance(text, str):
-                text = json.dumps(text, ensure_ascii=False)
+            text = _text(m.get("content"))
             m = {"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>", "_tool": True}
         if out and m["role"] == "user" and out[-1]["role"] == "user" and (m.get("_tool") or out[-1].get("_tool")) \
                 and isinstance(out[-1]["content"], str) and isinstance(m["content"], str):

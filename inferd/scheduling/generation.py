@@ -60,6 +60,7 @@ class Job:
     arrived: float = field(default_factory=time.perf_counter)
     stream: bool = False
     # ---- worker state ----
+    number: int = 0                   # submission order
     cancelled: bool = False
     slot: int | None = None
     cached: int = 0
@@ -104,7 +105,9 @@ class GenerationEngine:
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
-        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future]] = []
+        # (fn, reset_cache, future, number of the last job submitted before the call)
+        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int]] = []
+        self._submitted = 0
         self._cond = threading.Condition()
         self._closing = False
         self.dead: BaseException | None = None
@@ -119,6 +122,8 @@ class GenerationEngine:
             if self._closing or self.dead is not None:
                 raise InferenceFailed(f"model '{self.name}' is shutting down" if self._closing else
                                       f"the worker of model '{self.name}' died: {self.dead}")
+            self._submitted += 1
+            job.number = self._submitted
             self._inbox.append(job)
             self._cond.notify()
 
@@ -129,11 +134,12 @@ class GenerationEngine:
             self._cond.notify()
 
     def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True) -> concurrent.futures.Future:
-        """Run `fn` on the worker once no sequence is active; jobs arriving meanwhile wait.
-        For changes that invalidate the KV cache (switching a LoRA adapter)."""
+        """Run `fn` on the worker once every job submitted before this call has finished;
+        jobs submitted after it wait until `fn` has run. For changes that invalidate the KV
+        cache (switching a LoRA adapter)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
-            self._idle_calls.append((fn, reset_cache, fut))
+            self._idle_calls.append((fn, reset_cache, fut, self._submitted))
             self._cond.notify()
         return fut
 
@@ -182,11 +188,10 @@ class GenerationEngine:
         now = time.perf_counter()
         self._drop_cancelled(now)
         if self._idle_calls:
-            if self.active == 0:
+            barrier = self._idle_calls[0][3]
+            if self.active == 0 and not any(j.number <= barrier for j in self.waiting):
                 self._run_idle_calls()
-            # else: admit nothing until the active sequences finish
-        else:
-            self._admit(now)
+        self._admit(now)
         entries, jobs = self._build_batch()
         if not entries:
             return
@@ -208,10 +213,11 @@ class GenerationEngine:
                 self._finish(slot.job, "cancelled", now)
 
     def _admit(self, now: float) -> None:
+        barrier = self._idle_calls[0][3] if self._idle_calls else None
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
-            if not free:
-                return
+            if not free or (barrier is not None and self.waiting[0].number > barrier):
+                return  # jobs after a pending idle call wait for it
             job = self.waiting.popleft()
             if len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
                 self._emit(job, Delta(error=ContextOverflow(
@@ -341,8 +347,8 @@ class GenerationEngine:
 
     def _run_idle_calls(self) -> None:
         with self._cond:
-            calls, self._idle_calls = self._idle_calls, []
-        for fn, reset, fut in calls:
+            calls, self._idle_calls = self._idle_calls[:1], self._idle_calls[1:]
+        for fn, reset, fut, _barrier in calls:
             try:
                 if reset:
                     self._reset_cache()
@@ -353,5 +359,5 @@ class GenerationEngine:
     def _fail_idle_calls(self, err: BaseException) -> None:
         with self._cond:
             calls, self._idle_calls = self._idle_calls, []
-        for _fn, _reset, fut in calls:
+        for _fn, _reset, fut, _barrier in calls:
             fut.set_exception(err)

@@ -64,12 +64,27 @@ class LlamaGenerator:
         except BaseException:
             self.model.close()
             raise
+        try:
+            self._warm_up()
+        except BaseException:
+            self.ctx.close()
+            self.model.close()
+            raise
         self.chat_template = self._template()
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
         self.loras_dir = self._loras_dir()
         self.lora: str | None = None  # the active adapter's name
         self.engine = GenerationEngine(self, name=spec.name)
+
+    def _warm_up(self) -> None:
+        """One tiny decode at load: llama.cpp sizes its compute buffers on the first call,
+        which would otherwise land on the first request's time to first token."""
+        tok = self.model.bos if self.model.bos >= 0 else 0
+        try:
+            self.ctx.decode([(0, [tok], 0, True)])
+        finally:
+            self.ctx.clear()
 
     def _template(self) -> str | None:
         from inferd.chat.templates import builtin_template
