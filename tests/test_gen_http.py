@@ -264,6 +264,9 @@ def test_grammar_constrains_sampling(oai, srv):
     assert outs <= {"yes.", "no."} and outs
     r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "grammar": "root ::= [b-a]"})
     assert_envelope("openai", r, 400)
+    r = httpx.post(srv.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "grammar": 'root ::= "a"',
+                                                      "ignore_eos": True})
+    assert_envelope("openai", r, 400, "ignore_eos")
 
 
 # ---- tokenize / detokenize ---------------------------------------------------------------------

@@ -2,12 +2,19 @@
 
 The chain runs in C on the logits row llama_decode left for the sequence, so sampling
 costs no Python per vocabulary entry. Order (as llama.cpp's own server does): logit bias,
-repetition penalties, grammar, then greedy, or top-k, top-p, min-p, temperature and a
-seeded draw. A chain is built on the request's thread (so a bad grammar is a 400 before
-anything streams) and afterwards used only by the generation worker."""
+repetition penalties, then greedy, or top-k, top-p, min-p, temperature and a seeded draw.
+
+A grammar is a separate sampler, used the way llama.cpp's common sampler uses it: masking a
+262k-token vocabulary with a grammar costs tens of milliseconds, so the chain first picks
+a token freely, the grammar checks just that one, and only if it is refused is the whole
+vocabulary masked and the pick redone. Most tokens of a constrained answer pass the check.
+
+A Sampler is built on the request's thread (a bad grammar is a 400 before anything
+streams) and afterwards used only by the generation worker."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import llama_cpp as L
@@ -18,15 +25,28 @@ from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.types import SamplingParams, TokenLogprob
 
 MAX_TOP_LOGPROBS = 20
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+assert _TOKEN_DATA.itemsize == ctypes.sizeof(L.llama_token_data)
 
 
 class Sampler:
     def __init__(self, model: LlamaModel, params: SamplingParams):
         self.params = params
+        self.n_vocab = model.n_vocab
+        self.grammar = None
         self._check(model, params)
         self.chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         try:
             self._build(model, params)
+            if params.grammar is not None:
+                self.grammar = L.llama_sampler_init_grammar(model.vocab, params.grammar.encode(),
+                                                            params.grammar_root.encode())
+                if not self.grammar:
+                    raise InvalidInput("invalid grammar: llama.cpp could not parse it (GBNF expected, "
+                                       f"with a '{params.grammar_root}' rule)", "grammar")
+                self._cand = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+                self._ids = np.arange(self.n_vocab, dtype=np.int32)
+                self._one = np.zeros(1, dtype=_TOKEN_DATA)
         except BaseException:
             self.close()
             raise
@@ -44,6 +64,10 @@ class Sampler:
         if not (0 <= p.top_logprobs <= MAX_TOP_LOGPROBS):
             raise InvalidInput(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}", "top_logprobs")
         model.check_tokens(list(p.logit_bias), "logit_bias")
+        if p.grammar is not None and p.ignore_eos:
+            # Once the grammar is complete only end-of-generation may follow; banning it leaves
+            # llama.cpp's grammar nothing to accept, and it aborts the process.
+            raise InvalidInput("ignore_eos cannot be combined with a grammar", "ignore_eos")
 
     def _add(self, smpl) -> None:
         if not smpl:
@@ -63,12 +87,6 @@ class Sampler:
         if p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
             self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,
                                                      p.frequency_penalty, p.presence_penalty))
-        if p.grammar is not None:
-            g = L.llama_sampler_init_grammar(model.vocab, p.grammar.encode(), p.grammar_root.encode())
-            if not g:
-                raise InvalidInput("invalid grammar: llama.cpp could not parse it (GBNF expected, "
-                                   f"with a '{p.grammar_root}' rule)", "grammar")
-            L.llama_sampler_chain_add(self.chain, g)
         if p.greedy:
             self._add(L.llama_sampler_init_greedy())
             return
@@ -84,12 +102,46 @@ class Sampler:
 
     def sample(self, ctx_ptr, row: int) -> int:
         """Pick the next token from batch row `row` and record it (penalties, grammar)."""
-        return int(L.llama_sampler_sample(self.chain, ctx_ptr, row))
+        if self.grammar is None:
+            return int(L.llama_sampler_sample(self.chain, ctx_ptr, row))
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx_ptr, row), (self.n_vocab,))
+        tok = self._apply(self.chain, logits)
+        one = self._one
+        one["id"], one["logit"], one["p"] = tok, 0.0, 0.0
+        self._run(self.grammar, one)
+        if not np.isfinite(one["logit"][0]):  # refused: mask the whole vocabulary, pick again
+            tok = self._apply(self.chain, logits, grammar_first=True)
+        L.llama_sampler_accept(self.grammar, tok)
+        L.llama_sampler_accept(self.chain, tok)
+        return tok
+
+    def _apply(self, smpl, logits: np.ndarray, grammar_first: bool = False) -> int:
+        cand = self._cand
+        cand["id"] = self._ids  # samplers sort and cut the array in place: refill it each time
+        cand["logit"] = logits
+        cand["p"] = 0.0
+        arr = L.llama_token_data_array(data=cand.ctypes.data_as(L.llama_token_data_p), size=self.n_vocab,
+                                       selected=-1, sorted=False)
+        if grammar_first:
+            L.llama_sampler_apply(self.grammar, ctypes.byref(arr))
+        L.llama_sampler_apply(smpl, ctypes.byref(arr))
+        if not 0 <= arr.selected < arr.size:
+            raise RuntimeError("the sampler chain selected no token")
+        return int(cand["id"][arr.selected])
+
+    @staticmethod
+    def _run(smpl, one: np.ndarray) -> None:
+        arr = L.llama_token_data_array(data=one.ctypes.data_as(L.llama_token_data_p), size=1, selected=-1,
+                                       sorted=False)
+        L.llama_sampler_apply(smpl, ctypes.byref(arr))
 
     def close(self) -> None:
         if self.chain:
             L.llama_sampler_free(self.chain)  # frees every sampler in the chain
             self.chain = None
+        if self.grammar:
+            L.llama_sampler_free(self.grammar)
+            self.grammar = None
 
     def __del__(self) -> None:  # a request dropped before it reached the worker
         try:
