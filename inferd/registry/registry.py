@@ -122,6 +122,8 @@ class Registry:
         log.info("loading %s %s (%s) from %s", spec.kind.value, spec.name, spec.format, spec.path or spec.source)
         try:
             model = await asyncio.to_thread(loader, spec)
+        except ModelLoadFailed as e:  # the runtime's own reason; say which model it was
+            raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e
         except InferdError:
             raise
         except Exception as e:
