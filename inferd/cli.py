@@ -115,17 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the models the server would serve")
     _add_settings_flags(models)
     models.set_defaults(func=cmd_models)
-    for register in EXTRA_COMMANDS:
+    for register in _extra_commands():
         register(sub)
     return parser
 
 
-# Subcommands contributed by other modules (e.g. `inferd ml import`): fn(subparsers) -> None.
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Subcommands contributed by other modules: fn(subparsers) -> None. Imported here, not
+    at the top, so `inferd serve` pays for none of them."""
+    from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-from inferd.runtimes.tabular.importers.cli import register as _register_ml  # noqa: E402  (light: no ML imports)
-
-EXTRA_COMMANDS.append(_register_ml)
+    return [ml_import]
 
 
 def main(argv: list[str] | None = None) -> int:
