@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+if TYPE_CHECKING:
+    from inferd.chat.tools import ToolCall
+
+# "tool_calls": the model stopped on its own after calling tools (chat requests only).
+FinishReason = Literal["stop", "length", "cancelled", "error", "tool_calls"]
 
 
 @dataclass
@@ -39,6 +43,33 @@ class SamplingParams:
 
 
 @dataclass
+class ChatOptions:
+    """The chat features of a request beyond plain messages, as the request gave them:
+    tools, structured output, a raw grammar, thinking. The service turns them into a plan
+    (inferd.chat.plan): template variables, a grammar for sampling, and a parser that splits
+    the output into reasoning, content and tool calls. Every field is validated there.
+
+    tools: OpenAI function-tool definitions (Ollama uses the same shape).
+    tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name"}}.
+    response_format: OpenAI's {"type": "text" | "json_object" | "json_schema", ...}.
+    json_format: Ollama's `format`: "json" or a JSON schema object.
+    grammar: raw GBNF (OpenAI / Antfly extension).
+    enable_thinking: True / False / None (the template's default).
+    thinking_param: the request field to name in errors ("enable_thinking" or "think").
+    tool_call_ids: "optional" where the face's history carries no call ids (Ollama)."""
+
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    response_format: dict[str, Any] | None = None
+    json_format: Any = None
+    grammar: str | None = None
+    enable_thinking: bool | None = None
+    thinking_param: str = "enable_thinking"
+    tool_call_ids: Literal["required", "optional"] = "required"
+
+
+@dataclass
 class GenerateRequest:
     """One generation, from any face. Exactly one of `messages` (chat: rendered with the
     model's chat template) and `prompt` (text, or token ids) is set."""
@@ -50,11 +81,11 @@ class GenerateRequest:
     stop: list[str] = field(default_factory=list)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stream: bool = False
-    # Chat template rendering: per-request template override, extra template variables
-    # (enable_thinking, ...), and tool definitions handed to templates that render them.
+    # Chat template rendering: per-request template override and extra template variables
+    # (chat_template_kwargs). Tools, thinking and output constraints are in `chat`.
     chat_template: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    tools: list[dict[str, Any]] | None = None
+    chat: ChatOptions | None = None
     add_generation_prompt: bool = True
     # A model without a chat template reads the message contents as plain text instead
     # of refusing (Ollama's /api/generate: its default template is the prompt itself).
@@ -109,16 +140,23 @@ class Delta:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: BaseException | None = None
+    # Chat requests: `text` is the answer only; reasoning and completed tool calls come
+    # separately (text that is part of a call is never in `text`).
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
 class Generation:
-    """A finished (non-streamed) generation."""
+    """A finished (non-streamed) generation. For chat: `text` is the answer (content),
+    `reasoning` the thinking (None when there was none), `tool_calls` the parsed calls."""
 
     model: str
     text: str
     finish_reason: FinishReason
     usage: Usage
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None

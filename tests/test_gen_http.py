@@ -407,11 +407,7 @@ def test_model_may_be_omitted_with_one_generator_only(srv):
         assert_envelope("openai", httpx.post(s.url + "/tokenize", json={"content": "x"}), 400, "'model' is required")
 
 
-def test_features_not_built_yet_are_refused_not_ignored(srv):
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "tiny", "messages": HI, "tools": tools})
-    assert r.status_code == 501
-    r = httpx.post(srv.url + "/api/chat", json={"model": "tiny", "messages": HI, "format": "json"})
-    assert r.status_code == 501
+def test_unsupported_features_are_refused_not_ignored(srv):
+    # (tools, response_format, format and think are served: tests/test_tools_*.py, test_structured_*.py)
     r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "tiny", "messages": HI, "n": 2})
     assert_envelope("openai", r, 400, "n > 1")

@@ -47,8 +47,14 @@ class ClosingStream(StreamingResponse):
             await self._on_close()
 
 
+# Characters that Python's str.splitlines (and so httpx's iter_lines, which the ollama and
+# other clients read streams with) takes for line breaks, although JSON leaves them raw.
+# They only occur inside JSON strings, where their escapes mean the same.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
 
 
 def _log_failure(e: BaseException) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.chat.templates import render_chat
+from inferd.service.chat import ChatOutput, plan_request
 from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.generation import Job
@@ -33,15 +35,25 @@ class Prepared:
     prompt: list[int]
     sampler: Any
     max_tokens: int
+    output: ChatOutput | None = None  # chat requests: splits reasoning / answer / tool calls
 
 
 def prepare(rt: Any, req: GenerateRequest) -> Prepared:
     """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on a thread:
-    template rendering and tokenizing a long prompt are CPU work."""
+    template rendering and tokenizing a long prompt are CPU work. Chat options (tools,
+    structured output, thinking) are planned here, so all their 400s come first too."""
     template = req.chat_template or rt.chat_template
-    if req.messages is not None and (template or not req.template_fallback):
-        text = render_chat(template, req.messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
-                           add_generation_prompt=req.add_generation_prompt, tools=req.tools, **req.template_kwargs)
+    use_template = req.messages is not None and bool(template or not req.template_fallback)
+    plan = plan_request(req, template if use_template else None)
+    text = ""
+    if use_template:
+        messages, kwargs = req.messages, dict(req.template_kwargs)
+        if plan is not None:
+            messages = plan.messages
+            kwargs.update(plan.template_kwargs)
+        tools = kwargs.pop("tools", None)
+        text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
+                           add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
         tokens = rt.tokenize_rendered(text)
     elif req.messages is not None:  # no template, and plain text is acceptable
         text = "\n\n".join(str(m.get("content") or "") for m in req.messages)
@@ -50,8 +62,8 @@ def prepare(rt: Any, req: GenerateRequest) -> Prepared:
         rt.check_tokens(req.prompt, "prompt")
         tokens = list(req.prompt)
     else:
-        tokens = rt.tokenize(req.prompt or "", add_special=req.add_special and not req.prefix_tokens,
-                             parse_special=True)
+        text = req.prompt or ""
+        tokens = rt.tokenize(text, add_special=req.add_special and not req.prefix_tokens, parse_special=True)
     if req.prefix_tokens:
         rt.check_tokens(req.prefix_tokens, "context")
         tokens = list(req.prefix_tokens) + tokens
@@ -71,11 +83,17 @@ def prepare(rt: Any, req: GenerateRequest) -> Prepared:
                                   f"uses {len(tokens)} and max_tokens asks for {max_tokens} more "
                                   f"({len(tokens) + max_tokens} in all)", "max_tokens")
         max_tokens = room
-    if req.sampling.grammar is not None:
+    sampling, output = req.sampling, None
+    if plan is not None:
+        grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
+        if grammar is not None:
+            sampling = dataclasses.replace(sampling, grammar=grammar)
+        output = ChatOutput(plan.output_parser(text))
+    elif sampling.grammar is not None:
         from inferd.chat.gbnf import check_gbnf  # llama.cpp aborts the process on some bad grammars
 
-        check_gbnf(req.sampling.grammar)
-    return Prepared(tokens, rt.make_sampler(req.sampling), max_tokens)
+        check_gbnf(sampling.grammar)
+    return Prepared(tokens, rt.make_sampler(sampling), max_tokens, output)
 
 
 class GenerationStream:
@@ -92,6 +110,7 @@ class GenerationStream:
         self.load_seconds = load_seconds
         self.prompt_tokens: list[int] = []
         self.job: Job | None = None
+        self.output: ChatOutput | None = None
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
         self._stack, self._owner = stack, owner
         self.finished = False
@@ -115,6 +134,8 @@ class GenerationStream:
             raise d.error if isinstance(d.error, InferdError) else InferenceFailed(str(d.error))
         if d.finish_reason is not None:
             self.finished = True
+        if self.output is not None:
+            self.output.apply(d)
         return d
 
     def cancel(self) -> None:
@@ -154,9 +175,10 @@ class GenerationVerbs:
             t0 = time.perf_counter()
             rt = await stack.enter_async_context(
                 self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))  # type: ignore[attr-defined]
+            await self.ensure_lora(spec, rt)  # type: ignore[attr-defined]  # a reloaded model gets its adapter back
             stream = GenerationStream(req, spec, rt, stack, self, time.perf_counter() - t0)
             p = await asyncio.to_thread(prepare, rt, req)
-            stream.prompt_tokens = p.prompt
+            stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
                              top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
                              sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream)
@@ -228,11 +250,15 @@ class GenerationVerbs:
 async def collect(stream: GenerationStream) -> Generation:
     """Drain a stream into one Generation."""
     parts: list[str] = []
+    thought: list[str] = []
+    calls: list = []
     tokens: list[int] = []
     logprobs: list[TokenLogprob] = []
     usage, reason = Usage(), None
     async for d in stream:
         parts.append(d.text)
+        thought.append(d.reasoning)
+        calls.extend(d.tool_calls)
         tokens.extend(d.tokens)
         logprobs.extend(d.logprobs)
         if d.usage is not None:
@@ -241,6 +267,7 @@ async def collect(stream: GenerationStream) -> Generation:
     if reason == "cancelled":
         raise Cancelled()
     return Generation(model=stream.model, text="".join(parts), finish_reason=reason or "stop", usage=usage,
+                      reasoning="".join(thought) or None, tool_calls=calls,
                       tokens=tokens, prompt_tokens=stream.prompt_tokens,
                       logprobs=logprobs if stream.req.sampling.logprobs else None, created=stream.created)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from inferd.api.antfly.schemas import ChunkRequest
 from inferd.errors import InvalidInput
@@ -13,7 +13,9 @@ from inferd.text.chunking import FixedConfig
 _INPUTS = {ModelKind.READER: ["image"], ModelKind.TRANSCRIBER: ["audio"], ModelKind.PREDICTOR: ["tabular"]}
 
 
-def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allow_downloads: bool) -> dict[str, Any]:
+def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allow_downloads: bool,
+           extras: Callable[[ModelSpec], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`extras`: per-model state for its kind map entry (a generator's active LoRA adapter)."""
     out: dict[str, Any] = {"object": "list", "data": [], "allow_downloads": allow_downloads,
                            "backends": backends}
     for kind in ModelKind:
@@ -25,7 +27,8 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
         out["data"].append({"id": s.name, "object": "model", "created": created, "owned_by": "inferd",
                             "type": s.kind.value})
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
-                                      "inputs": _INPUTS.get(s.kind, ["text"]), "format": s.format}
+                                      "inputs": _INPUTS.get(s.kind, ["text"]), "format": s.format,
+                                      **(extras(s) if extras else {})}
     return out
 
 

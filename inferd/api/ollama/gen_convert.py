@@ -10,8 +10,9 @@ from typing import Any
 from inferd.api.ollama.convert import iso
 from inferd.config import parse_duration
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest as WireGenerate
-from inferd.errors import CapabilityMissing, InvalidInput, NotImplementedYet
-from inferd.types import Generation, GenerateRequest, SamplingParams, Usage
+from inferd.chat.reasoning import requested_thinking
+from inferd.errors import CapabilityMissing, InvalidInput
+from inferd.types import ChatOptions, Delta, Generation, GenerateRequest, SamplingParams, Usage
 
 # Ollama's defaults when neither the request nor a Modelfile says otherwise.
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
@@ -64,29 +65,26 @@ def options_to_request(options: dict[str, Any] | None) -> dict[str, Any]:
             "stop": [s for s in stop if s], "num_ctx": num_ctx, "clamp_to_context": True}
 
 
-def _check_not_yet(format: Any, think: Any) -> None:
-    """Features whose engine side is not built yet are refused, never silently ignored."""
-    if format not in (None, ""):
-        raise NotImplementedYet("'format' (structured output) is not available in this build yet")
-    if think not in (None, False):
-        raise NotImplementedYet("'think' is not available in this build yet")
+def chat_options(format: Any, think: Any, tools: list | None = None, tool_choice: Any = None) -> ChatOptions:
+    """Ollama's `format` ("json" | a schema), `think` (bool or a level) and tools."""
+    return ChatOptions(tools=tools, tool_choice=tool_choice, json_format=format,
+                       enable_thinking=requested_thinking(think=think), thinking_param="think",
+                       tool_call_ids="optional")
 
 
 def chat_request(body: ChatRequest) -> GenerateRequest:
-    _check_not_yet(body.format, body.think)
-    if body.tools:
-        raise NotImplementedYet("tool calling is not available in this build yet")
     messages = []
     for i, m in enumerate(body.messages):
         if m.images:
             raise CapabilityMissing(f"messages[{i}] has images; this model reads text only")
         messages.append(m.model_dump(exclude_none=True, exclude={"images", "thinking"}))
     return GenerateRequest(model=body.model, messages=messages, stream=body.stream,
-                           keep_alive=parse_keep_alive(body.keep_alive), **options_to_request(body.options))
+                           keep_alive=parse_keep_alive(body.keep_alive),
+                           chat=chat_options(body.format, body.think, body.tools, body.tool_choice),
+                           **options_to_request(body.options))
 
 
 def generate_request(body: WireGenerate) -> GenerateRequest:
-    _check_not_yet(body.format, body.think)
     if body.images:
         raise CapabilityMissing("'images' needs a vision model; this model reads text only")
     if body.suffix:
@@ -95,7 +93,8 @@ def generate_request(body: WireGenerate) -> GenerateRequest:
         raise InvalidInput("'template' (a Go template) is not supported; send raw: true with a formatted prompt",
                            "template")
     common = dict(model=body.model, stream=body.stream, keep_alive=parse_keep_alive(body.keep_alive),
-                  prefix_tokens=list(body.context or []), **options_to_request(body.options))
+                  prefix_tokens=list(body.context or []), chat=chat_options(body.format, body.think),
+                  **options_to_request(body.options))
     if body.raw:
         return GenerateRequest(prompt=body.prompt or "", add_special=not body.context, **common)
     messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
@@ -130,22 +129,44 @@ def load_response(model: str, chat: bool, unloaded: bool) -> dict[str, Any]:
     return out
 
 
+def _done_reason(reason: str) -> str:
+    return "stop" if reason == "tool_calls" else reason  # Ollama says "stop" after tool calls
+
+
+def _message(content: str, thinking: str | None, calls: list) -> dict[str, Any]:
+    """Ollama's assistant message: `thinking` and `tool_calls` (arguments as objects) only
+    when there are any."""
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if thinking:
+        msg["thinking"] = thinking
+    if calls:
+        msg["tool_calls"] = [c.ollama() for c in calls]
+    return msg
+
+
 def chat_response(g: Generation) -> dict[str, Any]:
-    return {"model": g.model, "created_at": iso(time.time()), "message": {"role": "assistant", "content": g.text},
-            "done": True, "done_reason": g.finish_reason, **stats(g.usage)}
+    return {"model": g.model, "created_at": iso(time.time()), "message": _message(g.text, g.reasoning, g.tool_calls),
+            "done": True, "done_reason": _done_reason(g.finish_reason), **stats(g.usage)}
 
 
 def generate_response(g: Generation) -> dict[str, Any]:
-    return {"model": g.model, "created_at": iso(time.time()), "response": g.text, "done": True,
-            "done_reason": g.finish_reason, "context": g.prompt_tokens + g.tokens, **stats(g.usage)}
+    out = {"model": g.model, "created_at": iso(time.time()), "response": g.text}
+    if g.reasoning:
+        out["thinking"] = g.reasoning
+    return {**out, "done": True, "done_reason": _done_reason(g.finish_reason),
+            "context": g.prompt_tokens + g.tokens, **stats(g.usage)}
+
+
+def _has_output(d: Delta) -> bool:
+    return bool(d.text or d.reasoning or d.tool_calls)
 
 
 async def chat_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
     first = True
     async for d in stream:
-        if d.text:
+        if _has_output(d):
             chunk = {"model": stream.model, "created_at": iso(time.time()),
-                     "message": {"role": "assistant", "content": d.text}, "done": False}
+                     "message": _message(d.text, d.reasoning, d.tool_calls), "done": False}
             if first and d.usage is not None:
                 chunk["ttft"] = round(d.usage.ttft, 6)
             first = False
@@ -153,20 +174,23 @@ async def chat_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
         if d.finish_reason:
             yield {"model": stream.model, "created_at": iso(time.time()),
                    "message": {"role": "assistant", "content": ""}, "done": True,
-                   "done_reason": d.finish_reason, **stats(d.usage or Usage())}
+                   "done_reason": _done_reason(d.finish_reason), **stats(d.usage or Usage())}
 
 
 async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
     first, tokens = True, []
     async for d in stream:
         tokens.extend(d.tokens)
-        if d.text:
-            chunk = {"model": stream.model, "created_at": iso(time.time()), "response": d.text, "done": False}
+        if d.text or d.reasoning:
+            chunk = {"model": stream.model, "created_at": iso(time.time()), "response": d.text}
+            if d.reasoning:
+                chunk["thinking"] = d.reasoning
+            chunk["done"] = False
             if first and d.usage is not None:
                 chunk["ttft"] = round(d.usage.ttft, 6)
             first = False
             yield chunk
         if d.finish_reason:
             yield {"model": stream.model, "created_at": iso(time.time()), "response": "", "done": True,
-                   "done_reason": d.finish_reason, "context": stream.prompt_tokens + tokens,
+                   "done_reason": _done_reason(d.finish_reason), "context": stream.prompt_tokens + tokens,
                    **stats(d.usage or Usage())}

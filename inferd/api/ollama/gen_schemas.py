@@ -25,6 +25,7 @@ class ChatRequest(BaseModel):
     options: dict[str, Any] | None = None
     keep_alive: str | float | None = None
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # GenAIServer's extension
     think: bool | str | None = None
 
 

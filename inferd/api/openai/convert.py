@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from inferd.registry.spec import ModelKind, ModelSpec
 
@@ -10,10 +10,12 @@ from inferd.registry.spec import ModelKind, ModelSpec
 OPENAI_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER, ModelKind.RERANKER, ModelKind.TRANSCRIBER)
 
 
-def model_entry(spec: ModelSpec, created: int) -> dict[str, Any]:
+def model_entry(spec: ModelSpec, created: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`extra`: per-model state to show (a generator's active LoRA adapter and its adapters)."""
     return {"id": spec.name, "object": "model", "created": created, "owned_by": "inferd",
-            "kind": spec.kind.value, "capabilities": sorted(spec.capabilities)}
+            "kind": spec.kind.value, "capabilities": sorted(spec.capabilities), **(extra or {})}
 
 
-def model_list(specs: list[ModelSpec], created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [model_entry(s, created) for s in specs]}
+def model_list(specs: list[ModelSpec], created: int, extras: Callable[[ModelSpec], dict[str, Any]] | None = None
+               ) -> dict[str, Any]:
+    return {"object": "list", "data": [model_entry(s, created, extras(s) if extras else None) for s in specs]}

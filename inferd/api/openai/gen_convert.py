@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inferd.api.openai.gen_schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from inferd.errors import InvalidInput, NotImplementedYet
-from inferd.types import Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage
+from inferd.chat.reasoning import requested_thinking
+from inferd.errors import InvalidInput
+from inferd.types import ChatOptions, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage
 
 
 def new_id(prefix: str) -> str:
@@ -40,7 +41,8 @@ def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
     return out
 
 
-def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0) -> SamplingParams:
+def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0,
+             grammar: str | None = None) -> SamplingParams:
     rep = body.repetition_penalty if body.repetition_penalty is not None else body.repeat_penalty
     return SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
@@ -48,7 +50,7 @@ def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0
         top_k=body.top_k or 0, min_p=body.min_p or 0.0,
         repetition_penalty=1.0 if rep is None else rep,
         frequency_penalty=body.frequency_penalty or 0.0, presence_penalty=body.presence_penalty or 0.0,
-        seed=body.seed, logit_bias=_logit_bias(body.logit_bias), grammar=body.grammar,
+        seed=body.seed, logit_bias=_logit_bias(body.logit_bias), grammar=grammar,
         ignore_eos=body.ignore_eos, logprobs=logprobs, top_logprobs=top_logprobs)
 
 
@@ -59,26 +61,23 @@ def _common(body: SamplingFields) -> dict[str, Any]:
     return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream}
 
 
-def check_not_yet(body: ChatCompletionRequest) -> None:
-    """Features whose engine side is not built yet are refused, never silently ignored."""
-    if body.tools and body.tool_choice != "none":
-        raise NotImplementedYet("tool calling is not available in this build yet")
-    rf = (body.response_format or {}).get("type", "text")
-    if rf != "text":
-        raise NotImplementedYet(f"response_format {rf!r} is not available in this build yet")
+def chat_options(body: ChatCompletionRequest) -> ChatOptions:
+    """Tools, structured output, raw grammar and thinking, as given (the service plans and
+    validates them against the model's template)."""
+    return ChatOptions(tools=body.tools, tool_choice=body.tool_choice,
+                       parallel_tool_calls=True if body.parallel_tool_calls is None else body.parallel_tool_calls,
+                       response_format=body.response_format, grammar=body.grammar,
+                       enable_thinking=requested_thinking(body.enable_thinking, body.chat_template_kwargs))
 
 
 def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
-    check_not_yet(body)
-    kwargs = dict(body.chat_template_kwargs or {})
-    if body.enable_thinking is not None:
-        kwargs["enable_thinking"] = body.enable_thinking
     top = body.top_logprobs or 0
     if top and not body.logprobs:
         raise InvalidInput("top_logprobs needs logprobs: true", "top_logprobs")
     return GenerateRequest(messages=[m.model_dump(exclude_none=True) for m in body.messages],
                            sampling=sampling(body, body.logprobs, top), chat_template=body.chat_template,
-                           template_kwargs=kwargs, **_common(body))
+                           template_kwargs=dict(body.chat_template_kwargs or {}), chat=chat_options(body),
+                           **_common(body))
 
 
 def completion_prompt(prompt: str | list[str] | list[int] | list[list[int]]) -> str | list[int]:
@@ -113,7 +112,7 @@ def completion_request(body: CompletionRequest) -> GenerateRequest:
         raise InvalidInput("best_of > 1 is not supported", "best_of")
     n_top = body.logprobs
     return GenerateRequest(prompt=completion_prompt(body.prompt),
-                           sampling=sampling(body, n_top is not None, n_top or 0), **_common(body))
+                           sampling=sampling(body, n_top is not None, n_top or 0, body.grammar), **_common(body))
 
 
 # ---- responses --------------------------------------------------------------------------------
@@ -150,8 +149,19 @@ def completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
             "top_logprobs": [{s: lp for _i, s, _b, lp in t.top} for t in lps], "text_offset": offsets}
 
 
+def chat_message(g: Generation) -> dict[str, Any]:
+    """The assistant message: content (null when the answer is only tool calls), and
+    `reasoning_content` / `tool_calls` when there are any."""
+    msg: dict[str, Any] = {"role": "assistant", "content": g.text if g.text or not g.tool_calls else None}
+    if g.reasoning:
+        msg["reasoning_content"] = g.reasoning
+    if g.tool_calls:
+        msg["tool_calls"] = [c.openai() for c in g.tool_calls]
+    return msg
+
+
 def chat_response(g: Generation, antfly: bool = False) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": g.text},
+    choice: dict[str, Any] = {"index": 0, "message": chat_message(g),
                               "logprobs": chat_logprobs(g.logprobs) if g.logprobs is not None else None,
                               "finish_reason": g.finish_reason}
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
@@ -186,8 +196,15 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
     first, usage = True, None
     async for d in stream:
         usage = d.usage or usage
-        if d.text or (want_lp and d.logprobs):
-            choice = {"index": 0, "delta": {"content": d.text},
+        delta: dict[str, Any] = {}
+        if d.reasoning:
+            delta["reasoning_content"] = d.reasoning
+        if d.text:
+            delta["content"] = d.text
+        if d.tool_calls:
+            delta["tool_calls"] = [c.openai_delta() for c in d.tool_calls]
+        if delta or (want_lp and d.logprobs):
+            choice = {"index": 0, "delta": delta or {"content": ""},
                       "logprobs": chat_logprobs(d.logprobs) if want_lp else None, "finish_reason": None}
             yield _progress({**head, "choices": [choice]}, d.usage, first)
             first = False

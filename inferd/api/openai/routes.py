@@ -14,10 +14,10 @@ router = APIRouter()
 @router.get("/v1/models")
 @router.get("/models")
 async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
-    return convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at))
+    return convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
     spec = svc.registry.resolve(model_id, convert.OPENAI_KINDS)
-    return convert.model_entry(spec, int(svc.started_at))
+    return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))

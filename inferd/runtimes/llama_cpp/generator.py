@@ -54,8 +54,14 @@ class LlamaGenerator:
         self.spec, self.name = spec, spec.name
         self.model = LlamaModel(resolve_gguf(spec))
         try:
-            want = int(n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length") or DEFAULT_CTX)
-            self.n_ctx_seq = max(16, min(want, self.model.n_ctx_train or want))
+            asked = n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length")
+            want = int(asked or DEFAULT_CTX)
+            # The default stays within the trained context; an explicit size is the operator's
+            # choice (llama.cpp runs past it, with quality loss), e.g. a small test model.
+            self.n_ctx_seq = max(16, want if asked else min(want, self.model.n_ctx_train or want))
+            if asked and self.model.n_ctx_train and want > self.model.n_ctx_train:
+                log.warning("%s: n_ctx %d exceeds the %d tokens the model was trained on", spec.name, want,
+                            self.model.n_ctx_train)
             self.n_seq = n_seq
             self.n_batch = max(n_batch, n_seq)  # every generating sequence fits one step
             cfg = ContextConfig(n_seq=n_seq, n_ctx_seq=self.n_ctx_seq, n_batch=self.n_batch,

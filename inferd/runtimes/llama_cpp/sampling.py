@@ -9,11 +9,17 @@ A grammar is a separate sampler, used the way llama.cpp's common sampler uses it
 a token freely, the grammar checks just that one, and only if it is refused is the whole
 vocabulary masked and the pick redone. Most tokens of a constrained answer pass the check.
 
+llama.cpp's grammar checks code points, not their encoding: with byte-level tokens it lets
+an overlong sequence through (E0 96 BD decodes to U+05BD for it; strict UTF-8 refuses it),
+so a constrained answer could come out as invalid UTF-8 and not parse. A grammar sampler
+therefore also keeps the output a valid UTF-8 prefix, refusing tokens that break it.
+
 A Sampler is built on the request's thread (a bad grammar is a 400 before anything
 streams) and afterwards used only by the generation worker."""
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import math
 
@@ -25,6 +31,7 @@ from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.types import SamplingParams, TokenLogprob
 
 MAX_TOP_LOGPROBS = 20
+MAX_UTF8_RETRIES = 64  # tokens refused for breaking UTF-8 before the grammar's pick is kept anyway
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(L.llama_token_data)
 
@@ -34,6 +41,8 @@ class Sampler:
         self.params = params
         self.n_vocab = model.n_vocab
         self.grammar = None
+        self._model = model
+        self._utf8_tail = b""  # an incomplete UTF-8 sequence at the end of the output so far
         self._check(model, params)
         self.chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         try:
@@ -111,15 +120,34 @@ class Sampler:
         self._run(self.grammar, one)
         if not np.isfinite(one["logit"][0]):  # refused: mask the whole vocabulary, pick again
             tok = self._apply(self.chain, logits, grammar_first=True)
+        tail = self._utf8_next(tok)
+        banned: list[int] = []
+        while tail is None and len(banned) < MAX_UTF8_RETRIES:  # breaks UTF-8: refuse it, pick again
+            banned.append(tok)
+            tok = self._apply(self.chain, logits, grammar_first=True, banned=banned)
+            tail = self._utf8_next(tok)
+        self._utf8_tail = tail or b""
         L.llama_sampler_accept(self.grammar, tok)
         L.llama_sampler_accept(self.chain, tok)
         return tok
 
-    def _apply(self, smpl, logits: np.ndarray, grammar_first: bool = False) -> int:
+    def _utf8_next(self, tok: int) -> bytes | None:
+        """The incomplete tail after appending `tok`, or None if the output would not be
+        valid UTF-8 (an end-of-generation token adds nothing)."""
+        data = self._utf8_tail + self._model.piece(tok)
+        try:
+            _, used = codecs.utf_8_decode(data, "strict", False)
+        except UnicodeDecodeError:
+            return None
+        return data[used:]
+
+    def _apply(self, smpl, logits: np.ndarray, grammar_first: bool = False, banned: list[int] | None = None) -> int:
         cand = self._cand
         cand["id"] = self._ids  # samplers sort and cut the array in place: refill it each time
         cand["logit"] = logits
         cand["p"] = 0.0
+        if banned:
+            cand["logit"][banned] = -np.inf
         arr = L.llama_token_data_array(data=cand.ctypes.data_as(L.llama_token_data_p), size=self.n_vocab,
                                        selected=-1, sorted=False)
         if grammar_first:
