@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import re
 import tomllib
@@ -23,6 +24,8 @@ def parse_duration(value: Any) -> float:
     A negative value means forever (returned as inf)."""
     if isinstance(value, (int, float)):
         secs = float(value)
+        if math.isnan(secs):
+            raise ValueError("not a duration: NaN (use e.g. 300, 30s, 5m, 1h)")
     else:
         m = _DURATION.match(str(value))
         if not m:

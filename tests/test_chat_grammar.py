@@ -379,6 +379,14 @@ def test_invalid_error_names_line_and_column():
     ({"type": "object", "properties": {"me": {"$ref": "#"}}, "required": ["me"]}, "cannot be satisfied"),
     (False, "matches nothing"),
     ([1], "must be an object or a boolean"),
+    # Malformed keyword values from a client: each was a TypeError/AttributeError (a 500).
+    ({"type": "array", "uniqueItems": True, "maxItems": "3"}, "'minItems'/'maxItems' must be integers"),
+    ({"type": "array", "prefixItems": 5}, "'prefixItems' must be an array"),
+    ({"$ref": ["#/$defs/a"]}, "'$ref' must be a string"),
+    ({"type": "object", "required": [{}]}, "'required' an array of names"),
+    ({"allOf": [{"properties": None}, {"type": "object"}]}, "'required' an array of names"),
+    ({"anyOf": [{"type": "object"}], "required": 0}, "'required' an array of names"),
+    ({"anyOf": [{"$ref": "#/x", "type": "string"}], "type": "string", "x": [1]}, "not supported"),
 ])
 def test_schemas_that_cannot_be_enforced_are_400_naming_the_problem(schema, words):
     with pytest.raises(InvalidInput) as e:

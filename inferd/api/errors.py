@@ -77,6 +77,14 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
     return status, {"error": err}, headers
 
 
+def item_error(exc: InferdError) -> dict[str, Any]:
+    """One item's failure inside an Antfly 200 response (batch generation, per_item embeddings)."""
+    out: dict[str, Any] = {"code": classify(exc)[2], "message": exc.message, "retryable": bool(exc.retryable)}
+    if isinstance(exc, Overloaded):
+        out["retry_after_ms"] = exc.retry_after_ms
+    return out
+
+
 def error_response(exc: BaseException, family: str, status: int | None = None) -> JSONResponse:
     """The JSON error response; `status` overrides the table (405 from the router)."""
     table_status, body, headers = error_body(exc, family)

@@ -195,7 +195,7 @@ class _Parser:
             self.fail("expected an integer")
         return int(self.s[start:self.pos])
 
-    def char(self, in_class: bool) -> int:
+    def char(self) -> int:
         """One possibly escaped character of a literal or class; returns its code point."""
         c = self.peek()
         if not c:
@@ -256,7 +256,7 @@ class _Parser:
                 while self.peek() != '"':
                     if not self.peek():
                         self.fail("unterminated string literal", start)
-                    self.char(False)
+                    self.char()
                     n += 1
                 self.pos += 1
                 items.append(_Item("term", nullable=n == 0))
@@ -300,13 +300,13 @@ class _Parser:
         while self.peek() != "]":
             if not self.peek():
                 self.fail("unterminated character class", start)
-            lo = self.char(True)
+            lo = self.char()
             hi = lo
             if self.peek() == "-" and self.peek(1) != "]":
                 self.pos += 1
                 if not self.peek():
                     self.fail("unterminated character class", start)
-                hi = self.char(True)
+                hi = self.char()
                 if hi < lo:
                     self.fail(f"character range {chr(lo)!r}-{chr(hi)!r} is empty (end before start)", start)
             ranges.append((lo, hi))

@@ -20,10 +20,12 @@ lets a thinking model reason first (anything but the closing marker, then the ma
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Sequence
 
 from inferd.chat.gbnf import UNIVERSE, CharSet, char_class, check_gbnf, literal
 from inferd.chat.schema_grammar import SchemaGrammar
+from inferd.chat.tool_parser import HERMES_CLOSE, HERMES_OPEN
 from inferd.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -31,9 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["check_gbnf", "json_schema_grammar", "ollama_format_grammar", "request_grammar",
            "response_format_grammar", "tool_call_grammar"]
-
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
-
 
 def _finish(g: SchemaGrammar, root: str, reasoning: tuple[str, str] | None,
             extra: dict[str, str] | None = None) -> str:
@@ -158,7 +157,6 @@ def tool_call_grammar(tools: Sequence[ToolSpec], name: str | None = None, *, max
 
 
 def _json_str(s: str) -> str:
-    import json
     return json.dumps(s, ensure_ascii=False)
 
 
@@ -173,7 +171,7 @@ def request_grammar(*, grammar=None, response_format=None, ollama_format=None, t
     contradictory -> 400. `reasoning` (open, close) lets thinking models think first; it is
     not applied to raw grammars, which the user controls completely.
     """
-    forced = tool_choice is not None and tool_choice.mode in ("required", "function")
+    forced = tool_choice is not None and tool_choice.forced
     structured = response_format_grammar(response_format, reasoning=reasoning) if response_format is not None else None
     if ollama_format not in (None, ""):
         structured = ollama_format_grammar(ollama_format, reasoning=reasoning)

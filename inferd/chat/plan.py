@@ -40,6 +40,9 @@ class ChatPlan:
     tool_choice: ToolChoice
     thinking: ThinkingPlan
     _grammar_args: dict = field(default_factory=dict, repr=False)
+    # Grammars built so far, by reasoning markers: plan_chat builds one to validate, and the
+    # request's prompt usually needs the same one (compiling a big schema twice is waste).
+    _grammars: dict = field(default_factory=dict, repr=False)
 
     def _reasoning(self, prompt: str) -> tuple[str, str] | None:
         m = self.thinking.markers
@@ -49,7 +52,10 @@ class ChatPlan:
 
     def grammar(self, prompt: str) -> str | None:
         """The GBNF constraining this request's output, or None (unconstrained)."""
-        return _grammar.request_grammar(**self._grammar_args, reasoning=self._reasoning(prompt))
+        reasoning = self._reasoning(prompt)
+        if reasoning not in self._grammars:
+            self._grammars[reasoning] = _grammar.request_grammar(**self._grammar_args, reasoning=reasoning)
+        return self._grammars[reasoning]
 
     def output_parser(self, prompt: str) -> ChatOutputParser:
         """A fresh parser for one generated sequence of this request."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferd.errors import InvalidInput
+from inferd.text.markers import held_suffix_len
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,6 @@ def reasoning_markers(template: str | None) -> ReasoningMarkers | None:
         if m.open in template or m.close in template:
             return m
     return THINK if "enable_thinking" in template else None
-
-
-def template_can_think(template: str | None) -> bool:
-    return reasoning_markers(template) is not None
 
 
 def _flag(value, param: str) -> bool | None:
@@ -117,13 +114,6 @@ def prompt_opens_reasoning(prompt: str, markers: ReasoningMarkers | None) -> boo
     return markers is not None and prompt.rstrip().endswith(markers.open)
 
 
-def _partial_suffix(buf: str, marker: str) -> int:
-    for n in range(min(len(marker) - 1, len(buf)), 0, -1):
-        if buf.endswith(marker[:n]):
-            return n
-    return 0
-
-
 class ReasoningStreamSplitter:
     """Feed text deltas; get (reasoning_delta, content_delta) pairs back.
 
@@ -172,7 +162,7 @@ class ReasoningStreamSplitter:
                     self._buf = self._buf[k + len(self.m.close):]
                     self._state, self._lstrip = "content", True
                     continue
-                hold = 0 if final else _partial_suffix(self._buf, self.m.close)
+                hold = 0 if final else held_suffix_len(self._buf, (self.m.close,))
                 r_out.append(self._reasoning_text(self._buf[:len(self._buf) - hold], final))
                 self._buf = self._buf[len(self._buf) - hold:]
                 break

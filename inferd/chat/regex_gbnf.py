@@ -138,11 +138,11 @@ class _Parser:
         if c in "*+?":
             raise ValueError(f"nothing to repeat before '{c}' at position {self.i - 1}")
         if c == "\\":
-            chars, ch = self.escape(in_class=False)
+            chars, ch = self.escape()
             return (charset_gbnf(chars), None) if ch is None else (_text_gbnf(ch), ch)
         return _text_gbnf(c), c
 
-    def escape(self, in_class: bool) -> tuple[CharSet, str | None]:
+    def escape(self) -> tuple[CharSet, str | None]:
         c = self.take()
         if not c:
             raise ValueError("the pattern ends with a lone backslash")
@@ -178,7 +178,7 @@ class _Parser:
             first = False
             self.i += 1
             if c == "\\":
-                got, ch = self.escape(in_class=True)
+                got, ch = self.escape()
                 if ch is None:
                     chars, shorthand = chars | got, True
                     continue
@@ -189,7 +189,7 @@ class _Parser:
                 self.i += 1
                 h = self.take()
                 if h == "\\":
-                    got, ch = self.escape(in_class=True)
+                    got, ch = self.escape()
                     if ch is None:
                         raise ValueError("a range cannot end in a class shorthand")
                     h = ch

@@ -244,6 +244,8 @@ class SchemaGrammar:
 
     def _ref(self, schema: dict, where: str, doc) -> str:
         ref = schema["$ref"]
+        if not isinstance(ref, str):
+            self.fail(where, f"'$ref' must be a string, not {type(ref).__name__}")
         extra = [k for k in schema if k != "$ref" and k not in ANNOTATIONS]
         if extra:
             self.fail(where, f"'$ref' next to {extra} is not supported; wrap them in 'allOf'")
@@ -293,13 +295,17 @@ class SchemaGrammar:
         extras: list[tuple[set, object]] = []  # (names a part declares, its additionalProperties)
         for p in parts:
             while isinstance(p, dict) and "$ref" in p:
-                p = {**self._resolve(p["$ref"], where, doc), **{k: v for k, v in p.items() if k != "$ref"}}
+                target = self._resolve(p["$ref"], where, doc)
+                p = {**target, **{k: v for k, v in p.items() if k != "$ref"}} if isinstance(target, dict) else target
             if p is True:
                 continue
             if not isinstance(p, dict) or "anyOf" in p and "anyOf" in out:
                 self.fail(where, "this combination of schemas is not supported")
             if "allOf" in p:
                 p = self._merge_all_of(p, where, doc)
+            if not isinstance(p.get("properties", {}), dict) or not isinstance(p.get("required", []), list) \
+                    or not all(isinstance(r, str) for r in p.get("required", [])):
+                self.fail(where, "'properties' must be an object and 'required' an array of names")
             if "additionalProperties" in p and p["additionalProperties"] is not True:
                 extras.append((set(p.get("properties", {})), p["additionalProperties"]))
             for k, v in p.items():
@@ -427,8 +433,9 @@ class SchemaGrammar:
         props = s.get("properties", {})
         required = s.get("required", [])
         extra = s.get("additionalProperties")
-        if not isinstance(props, dict) or not isinstance(required, list):
-            self.fail(where, "'properties' must be an object and 'required' an array")
+        if not isinstance(props, dict) or not isinstance(required, list) \
+                or not all(isinstance(r, str) for r in required):
+            self.fail(where, "'properties' must be an object and 'required' an array of names")
         if not props and not required and extra in (None, True, {}):
             return self.prim("jobject")  # a free-form object
         props = dict(props)
@@ -467,14 +474,16 @@ class SchemaGrammar:
         return self.rule(where.split("/")[-1] or "object", f'"{{" {ws} ( {first} ) "}}"')
 
     def _array(self, s: dict, where: str, doc) -> str:
-        if s.get("uniqueItems") and s.get("maxItems", 2) > 1:
-            self.fail(where, "'uniqueItems' cannot be enforced by a grammar")
         items, prefix = s.get("items"), s.get("prefixItems", [])
         if isinstance(items, list):  # draft 4 tuple form
             prefix, items = items, s.get("additionalItems", True)
+        if not isinstance(prefix, list):
+            self.fail(where, "'prefixItems' must be an array of schemas")
         lo, hi = s.get("minItems", 0), s.get("maxItems")
         if not isinstance(lo, int) or lo < 0 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
             self.fail(where, "'minItems'/'maxItems' must be integers with 0 <= minItems <= maxItems")
+        if s.get("uniqueItems") and (hi is None or hi > 1):
+            self.fail(where, "'uniqueItems' cannot be enforced by a grammar")
         if items is False:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
             if lo > hi:

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from inferd.chat.tools import ToolCall, ToolSpec
+from inferd.text.markers import held_suffix_len
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 MISTRAL = "[TOOL_CALLS]"
@@ -166,7 +167,7 @@ class ToolCallStreamParser:
                     self._buf = self._buf[k:]
                     self._mode = "hermes" if marker == HERMES_OPEN else "tail"
                     continue
-                hold = 0 if final else _partial_marker_len(self._buf)
+                hold = 0 if final else held_suffix_len(self._buf, _MARKERS)
                 self._emit(self._buf[:len(self._buf) - hold])
                 self._buf = self._buf[len(self._buf) - hold:]
                 return
@@ -257,17 +258,6 @@ class ToolCallStreamParser:
                     return None
                 calls.append(call)
         return calls or None
-
-
-def _partial_marker_len(buf: str) -> int:
-    """Length of the longest end of `buf` that could begin a marker."""
-    best = 0
-    for m in _MARKERS:
-        for n in range(min(len(m) - 1, len(buf)), best, -1):
-            if buf.endswith(m[:n]):
-                best = n
-                break
-    return best
 
 
 def parse_tool_calls(text: str, specs: list[ToolSpec] | None = None) -> tuple[str | None, list[ToolCall]]:

@@ -188,10 +188,14 @@ def scan_ml_dir(ml_dir: Path, out: Discovery) -> None:
         elif not PREDICTOR_NAME.match(child.name):
             out.problems.append(f"skipped {child}: predictor names are [A-Za-z0-9_-], at most 128 characters")
         else:
-            spec = make_spec(child.name, child, "ml_dir", ModelKind.PREDICTOR)
             from inferd.runtimes.tabular.ir import IRError, check_file  # numpy only; imported when needed
 
-            try:  # a broken file is reported and skipped; the other predictors are served
+            try:  # a broken folder is reported and skipped; the other predictors are served
+                spec = make_spec(child.name, child, "ml_dir", ModelKind.PREDICTOR)
+            except (ValueError, OSError) as e:  # e.g. a model_manifest.json that is not JSON
+                out.problems.append(f"skipped {child}: {e}")
+                continue
+            try:
                 info = check_file(child / TABULAR_FILE)
             except IRError as e:
                 out.problems.append(f"skipped {child}: invalid {TABULAR_FILE}: {e}")

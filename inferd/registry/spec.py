@@ -45,9 +45,3 @@ class ModelSpec:
     @property
     def family(self) -> str:
         return str(self.manifest.get("family") or self.manifest.get("architecture") or self.format)
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind.value, "format": self.format,
-                "size": self.size_bytes, "source": self.source,
-                "path": str(self.path) if self.path else None,
-                "capabilities": sorted(self.capabilities)}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import codecs
 
+from inferd.text.markers import held_suffix_len
+
 
 class TextOut:
     """Feed token bytes, get the text that may be shown now.
@@ -14,7 +16,6 @@ class TextOut:
 
     def __init__(self, stop: list[str]):
         self.stops = [s for s in stop if s]
-        self._longest = max((len(s) for s in self.stops), default=0)
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""
         self.stopped = False
@@ -53,15 +54,7 @@ class TextOut:
             self._held = ""
             self.text += buf[:cut]
             return buf[:cut]
-        keep = self._partial_stop_len(buf)
+        keep = held_suffix_len(buf, self.stops)
         out, self._held = (buf[:-keep], buf[-keep:]) if keep else (buf, "")
         self.text += out
         return out
-
-    def _partial_stop_len(self, buf: str) -> int:
-        """Length of the longest suffix of `buf` that is a proper prefix of a stop string."""
-        for k in range(min(len(buf), self._longest - 1), 0, -1):
-            tail = buf[-k:]
-            if any(s.startswith(tail) for s in self.stops):
-                return k
-        return 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.config import Settings
+from inferd.errors import InvalidInput
 from inferd.metrics import Metrics
 from inferd.registry.builtins import builtin_specs
 from inferd.registry.discovery import Discovery, discover
@@ -65,8 +66,17 @@ class CoreService:
 
     # ---- catalog ------------------------------------------------------------------------------
     def models(self, *kinds: ModelKind) -> list[ModelSpec]:
-        specs = list(self.registry.specs.values())
-        return [s for s in specs if s.kind in kinds] if kinds else specs
+        return self.registry.of_kind(*kinds) if kinds else list(self.registry.specs.values())
+
+    def spec_for(self, model: str | None, kind: ModelKind) -> ModelSpec:
+        """The served `model` of `kind`. An omitted model means the only one of its kind (the
+        openai-server seed serves one model and ignores `model`); with several it must be named."""
+        if not model:
+            found = self.registry.of_kind(kind)
+            if len(found) == 1:
+                return found[0]
+            raise InvalidInput(f"'model' is required ({len(found)} {kind.plural} are served)", "model")
+        return self.registry.resolve(model, [kind])
 
     def loaded(self) -> list[dict[str, Any]]:
         return self.registry.ps()

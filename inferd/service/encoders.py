@@ -15,6 +15,7 @@ import numpy as np
 
 from inferd.errors import InferdError, InvalidInput, ModelNotSupported
 from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.runtimes.onnx.pooling import truncate_dims
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
 EmbedInput = str | Sequence[int]   # text, or token ids
@@ -43,23 +44,13 @@ class RerankResult:
 
 
 class EncoderVerbs:
-    def encoder_spec(self, model: str | None, kind: ModelKind) -> ModelSpec:
-        """An omitted model means the only one of its kind (the openai-server seed serves one
-        model and ignores `model`); with several it must be named."""
-        if not model:
-            found = self.registry.of_kind(kind)  # type: ignore[attr-defined]
-            if len(found) == 1:
-                return found[0]
-            raise InvalidInput(f"'model' is required ({len(found)} {kind.plural} are served)", "model")
-        return self.registry.resolve(model, [kind])  # type: ignore[attr-defined]
-
     async def embed(self, model: str | None, inputs: Sequence[EmbedInput], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
                     keep_alive: float | None = None) -> EmbedResult:
         """Embeddings for `inputs`. With per_item, a bad input (empty, too long without
         truncation, bad token ids, failed batch) becomes that item's error; otherwise the first
         one fails the request."""
-        spec = self.encoder_spec(model, ModelKind.EMBEDDER)
+        spec = self.spec_for(model, ModelKind.EMBEDDER)  # type: ignore[attr-defined]
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
         if dimensions is not None and dimensions < 1:
@@ -93,14 +84,14 @@ class EncoderVerbs:
                 continue
             tokens += len(prepared[i])
             if dimensions is not None:
-                out = out[:dimensions] / max(float(np.linalg.norm(out[:dimensions])), 1e-12)
+                out = truncate_dims(out, dimensions)
             items[i] = out
         return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
                      keep_alive: float | None = None) -> RerankResult:
         """Relevance of each document to `query`, in input order (higher is more relevant)."""
-        spec = self.encoder_spec(model, ModelKind.RERANKER)
+        spec = self.spec_for(model, ModelKind.RERANKER)  # type: ignore[attr-defined]
         if not query.strip():
             raise InvalidInput("'query' must not be empty", "query")
         if not documents:

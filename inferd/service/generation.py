@@ -134,6 +134,9 @@ class GenerationStream:
             raise d.error if isinstance(d.error, InferdError) else InferenceFailed(str(d.error))
         if d.finish_reason is not None:
             self.finished = True
+            if d.usage is not None:  # /metrics inferd_tokens_total
+                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens,  # type: ignore[attr-defined]
+                                               d.usage.completion_tokens)
         if self.output is not None:
             self.output.apply(d)
         return d
@@ -156,12 +159,7 @@ class GenerationVerbs:
 
     def generator_spec(self, model: str | None) -> ModelSpec:
         """An omitted model means the only generator; with several it must be named."""
-        if not model:
-            found = self.registry.of_kind(ModelKind.GENERATOR)  # type: ignore[attr-defined]
-            if len(found) == 1:
-                return found[0]
-            raise InvalidInput(f"'model' is required ({len(found)} generators are served)", "model")
-        return self.registry.resolve(model, GEN)  # type: ignore[attr-defined]
+        return self.spec_for(model, ModelKind.GENERATOR)  # type: ignore[attr-defined]
 
     async def open_generation(self, req: GenerateRequest, admit: bool = True) -> GenerationStream:
         """Start a generation; every request error is raised here, before a stream exists."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferd.api.antfly.embed_schemas import ContentPart, EmbedRequest, MultimodalDocument
-from inferd.api.errors import classify
+from inferd.api.errors import classify, item_error
 from inferd.api.openai.embed_convert import check_format, vector
 from inferd.errors import CapabilityMissing, InferdError, InvalidInput
 from inferd.service import EmbedResult, RerankResult
@@ -45,13 +45,8 @@ def task_of(req: EmbedRequest) -> str | None:
 
 
 def _item_error(index: int, e: InferdError) -> dict[str, Any]:
-    status, _, code = classify(e)
     stage = "validate" if isinstance(e, (InvalidInput, CapabilityMissing)) else "inference"
-    out: dict[str, Any] = {"index": index, "code": code, "message": e.message, "stage": stage,
-                           "retryable": e.retryable, "status": status}
-    if getattr(e, "retry_after_ms", None):
-        out["retry_after_ms"] = e.retry_after_ms
-    return out
+    return {"index": index, **item_error(e), "stage": stage, "status": classify(e)[0]}
 
 
 def merge_errors(r: EmbedResult, early: dict[int, InferdError]) -> list[Any]:

@@ -25,7 +25,7 @@ async def embeddings(req: EmbedRequest, svc: InferenceService = Depends(get_serv
         raise early[min(early)]
     texts = [x for x in items if not isinstance(x, InferdError)]
     if not texts and early:  # every item already failed: nothing to run
-        spec = svc.encoder_spec(req.model, ModelKind.EMBEDDER)
+        spec = svc.spec_for(req.model, ModelKind.EMBEDDER)
         return JSONResponse(convert.all_failed_response(spec.name, early))
     r = await svc.embed(req.model, texts, task=convert.task_of(req), dimensions=req.dimensions,
                         per_item=per_item)
@@ -41,6 +41,6 @@ async def rerank(req: RerankRequest, svc: InferenceService = Depends(get_service
 @router.post("/rerank_multimodal")
 async def rerank_multimodal(req: MultimodalRerankRequest,
                             svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    svc.encoder_spec(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
+    svc.spec_for(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
     texts = convert.multimodal_texts(req.documents)
     return JSONResponse(convert.rerank_response(await svc.rerank(req.model, req.query, texts)))

@@ -9,10 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from inferd.api.antfly.gen_schemas import BatchRequest
-from inferd.api.errors import classify
+from inferd.api import errors
 from inferd.api.openai import gen_convert as oai
 from inferd.api.openai.gen_schemas import ChatCompletionRequest
-from inferd.errors import InferdError, InvalidInput, Overloaded
+from inferd.errors import InferdError, InvalidInput
 from inferd.types import Generation, GenerateRequest
 
 _MEDIA_PARTS = {"image_url", "input_image", "image", "input_audio", "media", "file"}
@@ -23,7 +23,10 @@ class UnsupportedMultimodal(InvalidInput):
 
 
 def _has_media(body: dict[str, Any]) -> bool:
-    for m in body.get("messages") or []:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False  # not a chat at all: validation names the problem
+    for m in messages:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in _MEDIA_PARTS for p in content):
             return True
@@ -53,10 +56,9 @@ def batch_requests(body: BatchRequest) -> list[GenerateRequest | InferdError]:
 
 
 def item_error(e: InferdError) -> dict[str, Any]:
-    code = "UNSUPPORTED_MULTIMODAL" if isinstance(e, UnsupportedMultimodal) else classify(e)[2]
-    out: dict[str, Any] = {"code": code, "message": e.message, "retryable": bool(e.retryable)}
-    if isinstance(e, Overloaded):
-        out["retry_after_ms"] = e.retry_after_ms
+    out = errors.item_error(e)
+    if isinstance(e, UnsupportedMultimodal):
+        out["code"] = "UNSUPPORTED_MULTIMODAL"
     return out
 
 

@@ -1,4 +1,5 @@
-"""Engine -> Ollama wire shapes. Pure functions."""
+"""Ollama wire shapes shared by its routes: the catalog (tags, ps, show) and `keep_alive`.
+Pure functions."""
 
 from __future__ import annotations
 
@@ -6,10 +7,24 @@ import datetime as dt
 import hashlib
 from typing import Any
 
+from inferd.config import parse_duration
+from inferd.errors import InvalidInput
 from inferd.registry.spec import ModelKind, ModelSpec
 
 # Ollama serves chat/generate models and embedding models; other kinds are not its business.
 OLLAMA_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER)
+_FOREVER = "2318-01-01T00:00:00Z"
+_FOREVER_TS = dt.datetime(2318, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+
+
+def keep_alive(value: str | float | None) -> float | None:
+    """Ollama's `keep_alive` ("5m", 300, -1 = forever, 0 = unload now) in seconds; None: not given."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise InvalidInput(str(e), "keep_alive") from e
 
 
 def iso(ts: float) -> str:
@@ -61,8 +76,9 @@ def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
         exp = e["expires_at"]
         out.append({"name": spec.name, "model": spec.name, "size": spec.size_bytes, "digest": digest(spec),
                     "details": details(spec), "size_vram": 0,
-                    # Ollama reports a far-future time for models kept forever.
-                    "expires_at": iso(exp) if exp is not None else "2318-01-01T00:00:00Z"})
+                    # Ollama reports a far-future time for models kept forever; a keep_alive
+                    # that ends later than that (1e300 s) is forever too, and beyond datetime's range.
+                    "expires_at": iso(exp) if exp is not None and exp < _FOREVER_TS else _FOREVER})
     return {"models": out}
 
 

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.config import parse_duration
-from inferd.errors import InvalidInput, ModelNotSupported
+from inferd.errors import ModelNotSupported
 from inferd.service import EmbedResult
-
-
-def keep_alive(value: str | float | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise InvalidInput(str(e), "keep_alive") from e
 
 
 def _dense(r: EmbedResult) -> None:

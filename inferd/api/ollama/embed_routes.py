@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse
 
 from inferd.api.deps import get_service
 from inferd.api.ollama import embed_convert as convert
+from inferd.api.ollama.convert import keep_alive
 from inferd.api.ollama.embed_schemas import EmbedRequest, LegacyEmbeddingsRequest
 from inferd.registry.spec import ModelKind
 from inferd.service import InferenceService
@@ -23,7 +24,7 @@ async def embed(req: EmbedRequest, svc: InferenceService = Depends(get_service))
     was_loaded = spec.name in svc.registry.loaded
     inputs = [req.input] if isinstance(req.input, str) else req.input
     r = await svc.embed(req.model, inputs, dimensions=req.dimensions, truncate=req.truncate,
-                        keep_alive=convert.keep_alive(req.keep_alive))
+                        keep_alive=keep_alive(req.keep_alive))
     entry = svc.registry.loaded.get(spec.name)
     load_ns = 0 if was_loaded or entry is None else int(entry.load_seconds * 1e9)
     return JSONResponse(convert.embed_response(r, time.perf_counter_ns() - t0, load_ns))
@@ -34,5 +35,5 @@ async def embeddings(req: LegacyEmbeddingsRequest, svc: InferenceService = Depen
     if not req.prompt:  # Ollama answers an empty prompt with an empty vector
         svc.registry.resolve(req.model, [ModelKind.EMBEDDER])
         return JSONResponse({"embedding": []})
-    r = await svc.embed(req.model, [req.prompt], keep_alive=convert.keep_alive(req.keep_alive))
+    r = await svc.embed(req.model, [req.prompt], keep_alive=keep_alive(req.keep_alive))
     return JSONResponse(convert.legacy_response(r))

@@ -3,12 +3,12 @@ generators mapping a GenerationStream's deltas to NDJSON objects."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inferd.api.ollama.convert import iso
-from inferd.config import parse_duration
+from inferd.api.ollama.convert import iso, keep_alive
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest as WireGenerate
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import CapabilityMissing, InvalidInput
@@ -19,20 +19,14 @@ DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat
             "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
-def parse_keep_alive(value: str | float | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise InvalidInput(str(e), "keep_alive") from e
-
-
 def _num(options: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
     v = options.get(key, default)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and float(v) != int(v)):
+    # JSON may carry 1e400 (inf), NaN or a 400-digit integer; none of them is a usable option.
+    ok = not isinstance(v, bool) and (isinstance(v, int) or isinstance(v, float) and math.isfinite(v)) \
+        and abs(v) < 2 ** 63 and (kind is float or float(v).is_integer())
+    if not ok:
         raise InvalidInput(f"options.{key} must be a{'n integer' if kind is int else ' number'}", f"options.{key}")
     return kind(v)
 
@@ -79,7 +73,7 @@ def chat_request(body: ChatRequest) -> GenerateRequest:
             raise CapabilityMissing(f"messages[{i}] has images; this model reads text only")
         messages.append(m.model_dump(exclude_none=True, exclude={"images", "thinking"}))
     return GenerateRequest(model=body.model, messages=messages, stream=body.stream,
-                           keep_alive=parse_keep_alive(body.keep_alive),
+                           keep_alive=keep_alive(body.keep_alive),
                            chat=chat_options(body.format, body.think, body.tools, body.tool_choice),
                            **options_to_request(body.options))
 
@@ -92,7 +86,7 @@ def generate_request(body: WireGenerate) -> GenerateRequest:
     if body.template:
         raise InvalidInput("'template' (a Go template) is not supported; send raw: true with a formatted prompt",
                            "template")
-    common = dict(model=body.model, stream=body.stream, keep_alive=parse_keep_alive(body.keep_alive),
+    common = dict(model=body.model, stream=body.stream, keep_alive=keep_alive(body.keep_alive),
                   prefix_tokens=list(body.context or []), chat=chat_options(body.format, body.think),
                   **options_to_request(body.options))
     if body.raw:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Request
 
 from inferd.api.deps import get_service
 from inferd.api.ollama import gen_convert as convert
+from inferd.api.ollama.convert import keep_alive
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest
 from inferd.api.streaming import cancel_on_disconnect, ndjson_response
 from inferd.service import InferenceService
@@ -13,12 +14,17 @@ from inferd.service import InferenceService
 router = APIRouter(prefix="/api")
 
 
+async def _load_only(svc: InferenceService, body: ChatRequest | GenerateRequest, chat: bool) -> dict:
+    """A request with nothing to generate loads the model (or, with keep_alive 0, unloads it)."""
+    ka = keep_alive(body.keep_alive)
+    spec = await svc.load_generator(body.model, ka)
+    return convert.load_response(spec.name, chat=chat, unloaded=ka == 0)
+
+
 @router.post("/chat")
 async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depends(get_service)):
     if convert.is_load_only(None, body.messages):
-        ka = convert.parse_keep_alive(body.keep_alive)
-        spec = await svc.load_generator(body.model, ka)
-        return convert.load_response(spec.name, chat=True, unloaded=ka == 0)
+        return await _load_only(svc, body, chat=True)
     req = convert.chat_request(body)
     if req.stream:
         stream = await svc.open_generation(req)
@@ -29,9 +35,7 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request, svc: InferenceService = Depends(get_service)):
     if convert.is_load_only(body.prompt, None, body.context):
-        ka = convert.parse_keep_alive(body.keep_alive)
-        spec = await svc.load_generator(body.model, ka)
-        return convert.load_response(spec.name, chat=False, unloaded=ka == 0)
+        return await _load_only(svc, body, chat=False)
     req = convert.generate_request(body)
     if req.stream:
         stream = await svc.open_generation(req)

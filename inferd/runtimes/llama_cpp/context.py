@@ -48,7 +48,6 @@ class LlamaContext:
         self.mem = L.llama_get_memory(ctx)
         self.batch = L.llama_batch_init(cfg.n_batch, 0, cfg.n_seq)
         self._adapters: dict[str, ctypes.c_void_p] = {}
-        self.adapter: str | None = None
 
     def close(self) -> None:
         if self.ptr:
@@ -103,7 +102,6 @@ class LlamaContext:
         weights, so callers clear it (GenerationEngine.call_when_idle does)."""
         if path is None:
             L.llama_set_adapters_lora(self.ptr, None, 0, None)
-            self.adapter = None
             return
         ad = self._adapters.get(path)
         if ad is None:
@@ -115,4 +113,3 @@ class LlamaContext:
         rc = L.llama_set_adapters_lora(self.ptr, arr, 1, (ctypes.c_float * 1)(scale))
         if rc != 0:
             raise InvalidInput(f"llama.cpp refused LoRA adapter {path} (code {rc})")
-        self.adapter = path

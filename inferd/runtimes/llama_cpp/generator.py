@@ -73,7 +73,6 @@ class LlamaGenerator:
         self.chat_template = self._template()
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
-        self.loras_dir = self._loras_dir()
         self.lora: str | None = None  # the active adapter's name
         self.engine = GenerationEngine(self, name=spec.name)
         try:
@@ -99,12 +98,6 @@ class LlamaGenerator:
 
         return (self.spec.manifest.get("chat_template") or self.model.chat_template
                 or builtin_template(self.model.architecture))
-
-    def _loras_dir(self) -> Path | None:
-        if self.spec.path is not None and Path(self.spec.path).is_dir():
-            d = Path(self.spec.path) / "loras"
-            return d if d.is_dir() else None
-        return None
 
     def close(self) -> None:
         self.engine.close()

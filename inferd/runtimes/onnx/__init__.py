@@ -59,8 +59,8 @@ def _build(cls: type["OnnxEncoder"], spec: ModelSpec, settings: Any, sparse: boo
     if files.safetensors is not None and cls is not Embedder:
         raise ModelLoadFailed(f"model '{spec.name}': {cls.__name__} needs an ONNX export (found only safetensors)")
     session = OnnxSession(_graph(files, sparse), threads=_threads(settings))
-    tok_probe = TextTokenizer(str(files.tokenizer))
-    tokenizer = TextTokenizer(str(files.tokenizer), max_length(files, tok_probe.file_max_length))
+    tokenizer = TextTokenizer(str(files.tokenizer))  # read once; its own limit is one input of max_length
+    tokenizer.set_max_length(max_length(files, tokenizer.file_max_length))
     runtime = cls(spec, files, session, tokenizer)
     budget = int(_opt(settings, "max_batch_tokens", 8192))
     if sparse:

@@ -36,11 +36,14 @@ class TextTokenizer:
         trunc = self.tok.truncation
         self.file_max_length = int(trunc["max_length"]) if trunc else None
         self.tok.no_padding()
-        self.max_length = max_length or self.file_max_length or 512
-        self.tok.enable_truncation(self.max_length, strategy="longest_first")
+        self.set_max_length(max_length or self.file_max_length or 512)
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id()
         self.prefix, self.suffix = self._specials()
+
+    def set_max_length(self, n: int) -> None:
+        self.max_length = n
+        self.tok.enable_truncation(n, strategy="longest_first")
 
     def _pad_id(self) -> int:
         for t in ("[PAD]", "<pad>", "<|padding|>"):
@@ -82,9 +85,6 @@ class TextTokenizer:
         body = tuple(int(i) for i in ids)
         out = self.prefix + body[:room] + self.suffix
         return Encoded(out, (0,) * len(out), len(body) > room)
-
-    def content_ids(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
 
 
 def pad(encs: Sequence[Encoded], pad_id: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

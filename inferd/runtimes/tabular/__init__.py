@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from inferd.registry.discovery import TABULAR_FILE
 from inferd.registry.spec import ModelSpec
 from inferd.runtimes.tabular.evaluate import predict, to_matrix
 from inferd.runtimes.tabular.trees import set_threads
-from inferd.runtimes.tabular.ir import TABULAR_FILE, IRError, TabularModel, check_file, load_file, parse, summary
+from inferd.runtimes.tabular.ir import IRError, TabularModel, check_file, load_file, parse, summary
 
 __all__ = ["IRError", "TabularModel", "TabularPredictor", "check_file", "load", "load_file", "model_file",
            "parse", "predict", "summary", "to_matrix"]
@@ -31,7 +32,6 @@ class TabularPredictor:
 
     name: str
     model: TabularModel
-    info: dict[str, Any]
 
     @property
     def num_features(self) -> int:
@@ -48,4 +48,4 @@ def load(spec: ModelSpec, settings: Any = None) -> TabularPredictor:
     if spec.path is None:
         raise IRError(f"predictor {spec.name!r} has no file")
     model = load_file(model_file(spec.path))
-    return TabularPredictor(name=spec.name, model=model, info=summary(model))
+    return TabularPredictor(name=spec.name, model=model)

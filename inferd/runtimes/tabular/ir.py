@@ -34,7 +34,6 @@ import numpy as np
 from inferd.runtimes.tabular.trees import Forest, TreeError, compile_forest
 
 SCHEMA_VERSION = 1
-TABULAR_FILE = "tabular_model.json"
 TASKS = ("regression", "binary_classification", "multiclass", "ranking")
 ACTIVATIONS = ("identity", "sigmoid", "softmax", "exp")
 MODEL_STAGES = ("tree_ensemble", "linear", "svm")

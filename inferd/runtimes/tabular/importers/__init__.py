@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from inferd.runtimes.tabular.importers.common import UnsupportedModel
-from inferd.runtimes.tabular.ir import TABULAR_FILE, parse
+from inferd.registry.discovery import TABULAR_FILE
+from inferd.runtimes.tabular.ir import parse
 
 PICKLE_SUFFIXES = {".pkl", ".pickle", ".joblib", ".jl", ".sav"}
 

@@ -9,7 +9,6 @@ that side is where 0.0 would go anyway).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,7 +118,3 @@ def convert(text: str, name: str) -> dict[str, Any]:
                     feature_names=names,
                     pipeline=[b.stage(nf, np.zeros(k) if k > 1 else 0.0, objective=obj,
                                       aggregation="mean" if average else "sum", with_outputs=k > 1)])
-
-
-def load_text(path: Path) -> str:
-    return path.read_text()
