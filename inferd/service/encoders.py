@@ -7,6 +7,7 @@ model's dynamic batcher, which runs them with other requests' items in shared fo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,9 @@ from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.runtimes.onnx.pooling import truncate_dims
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
-EmbedInput = str | Sequence[int]   # text, or token ids
+# Text, token ids, or an item a face already found unservable (its error: fails the request
+# unless per_item, then it is that item's error).
+EmbedInput = str | Sequence[int] | InferdError
 _INLINE_CHARS = 2000  # inputs this small are tokenized on the event loop (tens of microseconds)
 
 
@@ -30,6 +33,7 @@ class EmbedResult:
     # One per input, in order: np.ndarray (dense), SparseVector (sparse), or the item's error.
     items: list[Any] = field(default_factory=list)
     prompt_tokens: int = 0
+    load_seconds: float = 0.0  # waiting for the model to load (0 when it was loaded already)
 
     @property
     def errors(self) -> list[tuple[int, InferdError]]:
@@ -55,8 +59,14 @@ class EncoderVerbs:
             raise InvalidInput("'input' must not be empty", "input")
         if dimensions is not None and dimensions < 1:
             raise InvalidInput("dimensions must be at least 1", "dimensions")
+        if not per_item:  # fail fast before any model work
+            for x in inputs:
+                if isinstance(x, InferdError):
+                    raise x
         async with self.admission.slot():  # type: ignore[attr-defined]
+            t0 = time.perf_counter()
             async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as rt:  # type: ignore[attr-defined]
+                load_seconds = time.perf_counter() - t0
                 if dimensions is not None:
                     if rt.sparse:
                         raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
@@ -64,7 +74,8 @@ class EncoderVerbs:
                         raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {rt.dims}",
                                            "dimensions")
                 rt.prefix(task)  # an unknown task_type is the whole request's error
-                if sum(len(x) for x in inputs) <= _INLINE_CHARS:  # a thread hop costs more than this
+                chars = sum(len(x) for x in inputs if not isinstance(x, InferdError))
+                if chars <= _INLINE_CHARS:  # a thread hop costs more than this
                     prepared = _prepare(rt, inputs, task, truncate)
                 else:
                     prepared = await asyncio.to_thread(_prepare, rt, inputs, task, truncate)
@@ -86,7 +97,7 @@ class EncoderVerbs:
             if dimensions is not None:
                 out = truncate_dims(out, dimensions)
             items[i] = out
-        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens)
+        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, load_seconds)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
                      keep_alive: float | None = None) -> RerankResult:
@@ -128,6 +139,9 @@ def _prepare(rt: Any, inputs: Sequence[EmbedInput], task: str | None, truncate: 
             out[i] = enc
     for i, x in enumerate(inputs):
         if isinstance(x, str):
+            continue
+        if isinstance(x, InferdError):
+            out[i] = x
             continue
         if len(x) == 0:
             out[i] = InvalidInput(f"input[{i}] is empty", "input")

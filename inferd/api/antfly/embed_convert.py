@@ -49,16 +49,6 @@ def _item_error(index: int, e: InferdError) -> dict[str, Any]:
     return {"index": index, **item_error(e), "stage": stage, "status": classify(e)[0]}
 
 
-def merge_errors(r: EmbedResult, early: dict[int, InferdError]) -> list[Any]:
-    """Put the errors found before the model ran back in their input positions."""
-    items: list[Any] = []
-    it = iter(r.items)
-    n = len(r.items) + len(early)
-    for i in range(n):
-        items.append(early[i] if i in early else next(it))
-    return items
-
-
 def embeddings_response(r: EmbedResult, items: list[Any], encoding_format: str, per_item: bool) -> dict[str, Any]:
     check_format(r.sparse, encoding_format)
     data, errors = [], []
@@ -73,12 +63,6 @@ def embeddings_response(r: EmbedResult, items: list[Any], encoding_format: str, 
         out["errors"] = errors
         out["summary"] = {"total": len(items), "succeeded": len(data), "failed": len(errors)}
     return out
-
-
-def all_failed_response(model: str, errors: dict[int, InferdError]) -> dict[str, Any]:
-    return {"object": "list", "data": [], "model": model, "usage": {"prompt_tokens": 0, "total_tokens": 0},
-            "errors": [_item_error(i, e) for i, e in sorted(errors.items())],
-            "summary": {"total": len(errors), "succeeded": 0, "failed": len(errors)}}
 
 
 def multimodal_texts(docs: list[MultimodalDocument]) -> list[str]:

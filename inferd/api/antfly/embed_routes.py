@@ -8,7 +8,6 @@ from starlette.responses import JSONResponse
 from inferd.api.antfly import embed_convert as convert
 from inferd.api.antfly.embed_schemas import EmbedRequest, MultimodalRerankRequest, RerankRequest
 from inferd.api.deps import get_service
-from inferd.errors import InferdError
 from inferd.registry.spec import ModelKind
 from inferd.service import InferenceService
 
@@ -19,18 +18,9 @@ router = APIRouter(prefix="/ai/v1")
 @router.post("/embeddings")
 async def embeddings(req: EmbedRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     per_item = req.error_policy == "per_item"
-    items = convert.embed_inputs(req)
-    early = {i: x for i, x in enumerate(items) if isinstance(x, InferdError)}
-    if early and not per_item:
-        raise early[min(early)]
-    texts = [x for x in items if not isinstance(x, InferdError)]
-    if not texts and early:  # every item already failed: nothing to run
-        spec = svc.spec_for(req.model, ModelKind.EMBEDDER)
-        return JSONResponse(convert.all_failed_response(spec.name, early))
-    r = await svc.embed(req.model, texts, task=convert.task_of(req), dimensions=req.dimensions,
-                        per_item=per_item)
-    items = convert.merge_errors(r, early)
-    return JSONResponse(convert.embeddings_response(r, items, req.encoding_format, per_item))
+    r = await svc.embed(req.model, convert.embed_inputs(req), task=convert.task_of(req),
+                        dimensions=req.dimensions, per_item=per_item)
+    return JSONResponse(convert.embeddings_response(r, r.items, req.encoding_format, per_item))
 
 
 @router.post("/rerank")

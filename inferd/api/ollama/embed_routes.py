@@ -20,14 +20,10 @@ router = APIRouter(prefix="/api")
 @router.post("/embed")
 async def embed(req: EmbedRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     t0 = time.perf_counter_ns()
-    spec = svc.registry.resolve(req.model, [ModelKind.EMBEDDER])
-    was_loaded = spec.name in svc.registry.loaded
     inputs = [req.input] if isinstance(req.input, str) else req.input
     r = await svc.embed(req.model, inputs, dimensions=req.dimensions, truncate=req.truncate,
                         keep_alive=keep_alive(req.keep_alive))
-    entry = svc.registry.loaded.get(spec.name)
-    load_ns = 0 if was_loaded or entry is None else int(entry.load_seconds * 1e9)
-    return JSONResponse(convert.embed_response(r, time.perf_counter_ns() - t0, load_ns))
+    return JSONResponse(convert.embed_response(r, time.perf_counter_ns() - t0, int(r.load_seconds * 1e9)))
 
 
 @router.post("/embeddings")
