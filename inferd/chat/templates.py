@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from inferd.chat.tools import REASONING_FIELDS  # output-only: never replayed into a prompt
 from inferd.errors import CapabilityMissing, InvalidInput
 
 # Gemma (1, 2, 3): a system message is folded into the first user turn; the assistant is "model".
@@ -37,8 +38,6 @@ GEMMA_TEMPLATE = (
 
 BUILTIN_TEMPLATES: dict[str, str] = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE}
 
-# Output-only fields: reasoning a model produced earlier is never replayed into the prompt.
-_DROPPED_FIELDS = ("reasoning_content", "thinking")
 
 
 def builtin_template(architecture: str) -> str | None:
@@ -91,7 +90,7 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not m.get("role"):
             raise InvalidInput(f"messages[{i}] needs a 'role'", f"messages.{i}.role")
-        msg = {k: v for k, v in m.items() if v is not None and k not in _DROPPED_FIELDS}
+        msg = {k: v for k, v in m.items() if v is not None and k not in REASONING_FIELDS}
         msg["content"] = _text_of(m.get("content"), i) or ""
         out.append(msg)
     return out
