@@ -42,3 +42,29 @@ def test_splade_tiny_matches_terms(srv):
     dot = lambda a, b: sum(w * b.get(i, 0.0) for i, w in a.items())  # noqa: E731
     assert dot(vecs[0], vecs[1]) > 5.0 and dot(vecs[0], vecs[2]) < 0.5
     assert all(0 < len(v) <= 256 for v in vecs)
+
+
+def test_a_client_that_disconnects_costs_no_forward_pass(srv):
+    """Inputs of a request whose client left while it waited behind a long batch are
+    skipped by the batcher, not embedded for nobody."""
+    import asyncio
+
+    long_text = " ".join(["the quick brown fox jumps over the lazy dog"] * 25)
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+            await c.post("/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": "warm up"})
+            rt = srv.service.registry.loaded["all-MiniLM-L6-v2"].model
+            before = rt.batcher.stats.items
+            busy = asyncio.create_task(c.post("/v1/embeddings", json={
+                "model": "all-MiniLM-L6-v2", "input": [f"{i} {long_text}" for i in range(96)]}))
+            await asyncio.sleep(0.2)  # the long batch is running
+            with pytest.raises(httpx.ReadTimeout):
+                await c.post("/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": ["gone"] * 8},
+                             timeout=0.3)
+            assert (await busy).status_code == 200
+            await asyncio.sleep(0.2)
+            return rt.batcher.stats.items - before, rt.batcher.stats.cancelled
+
+    done, cancelled = asyncio.run(scenario())
+    assert done == 96 and cancelled >= 8

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse
 
 from inferd.api.antfly import embed_convert as convert
 from inferd.api.antfly.embed_schemas import EmbedRequest, MultimodalRerankRequest, RerankRequest
 from inferd.api.deps import get_service
+from inferd.api.streaming import cancel_on_disconnect
 from inferd.registry.spec import ModelKind
 from inferd.service import InferenceService
 
@@ -16,21 +17,23 @@ router = APIRouter(prefix="/ai/v1")
 
 @router.post("/embed")
 @router.post("/embeddings")
-async def embeddings(req: EmbedRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     per_item = req.error_policy == "per_item"
-    r = await svc.embed(req.model, convert.embed_inputs(req), task=convert.task_of(req),
-                        dimensions=req.dimensions, per_item=per_item)
+    r = await cancel_on_disconnect(request, svc.embed(req.model, convert.embed_inputs(req), task=convert.task_of(req),
+                                                      dimensions=req.dimensions, per_item=per_item))
     return JSONResponse(convert.embeddings_response(r, r.items, req.encoding_format, per_item))
 
 
 @router.post("/rerank")
-async def rerank(req: RerankRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    return JSONResponse(convert.rerank_response(await svc.rerank(req.model, req.query, req.prompts)))
+async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, req.prompts))
+    return JSONResponse(convert.rerank_response(r))
 
 
 @router.post("/rerank_multimodal")
-async def rerank_multimodal(req: MultimodalRerankRequest,
+async def rerank_multimodal(req: MultimodalRerankRequest, request: Request,
                             svc: InferenceService = Depends(get_service)) -> JSONResponse:
     svc.spec_for(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
     texts = convert.multimodal_texts(req.documents)
-    return JSONResponse(convert.rerank_response(await svc.rerank(req.model, req.query, texts)))
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, texts))
+    return JSONResponse(convert.rerank_response(r))

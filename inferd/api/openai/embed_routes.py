@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse
 
 from inferd.api.deps import get_service
 from inferd.api.openai import embed_convert as convert
 from inferd.api.openai.embed_schemas import EmbeddingRequest, RerankRequest
+from inferd.api.streaming import cancel_on_disconnect
 from inferd.service import InferenceService
 
 router = APIRouter()
@@ -17,16 +18,18 @@ router = APIRouter()
 
 @router.post("/v1/embeddings")
 @router.post("/embeddings")
-async def embeddings(req: EmbeddingRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    r = await svc.embed(req.model, convert.embed_inputs(req), dimensions=req.dimensions)
+async def embeddings(req: EmbeddingRequest, request: Request,
+                     svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    work = svc.embed(req.model, convert.embed_inputs(req), dimensions=req.dimensions)
+    r = await cancel_on_disconnect(request, work)  # a gone client's inputs are skipped by the batcher
     # JSONResponse directly: FastAPI's encoder walks every float of every vector (slow).
     return JSONResponse(convert.embeddings_response(r, req.encoding_format))
 
 
 @router.post("/v1/rerank")
 @router.post("/rerank")
-async def rerank(req: RerankRequest, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     docs = convert.rerank_documents(req)
-    r = await svc.rerank(req.model, req.query, docs)
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, docs))
     return JSONResponse(convert.rerank_response(r, docs, req.top_n, req.return_documents,
                                                 f"rerank-{uuid.uuid4().hex[:24]}"))
