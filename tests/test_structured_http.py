@@ -14,8 +14,7 @@ import ollama
 import openai
 import pytest
 
-from tests.chat_fixtures import HI, generator_dir
-from tests.server import serve
+from tests.chat_fixtures import HI
 from tests.test_http_foundation import assert_envelope
 
 # Byte-level fixture vocabulary: token id == byte value. Favouring the closing characters
@@ -51,12 +50,9 @@ def valid(value, schema):
     return value
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("models")
-    generator_dir(d, "tiny")
-    with serve(models_dir=str(d), parallel=8, threads=1) as s:
-        yield s
+@pytest.fixture
+def srv(tiny_chat_srv):
+    return tiny_chat_srv
 
 
 def post(srv, path, body):

