@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 
 from inferd.errors import Overloaded
+from inferd.observability.context import note_admitted
 
 
 class Admission:
@@ -22,6 +23,7 @@ class Admission:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._hold_ewma = 1.0  # seconds a request holds its slot, smoothed
         self.rejected = 0
+        self.rejections: collections.Counter[str] = collections.Counter()  # reason -> count (/metrics)
 
     @property
     def queued(self) -> int:
@@ -32,15 +34,17 @@ class Admission:
         est = self._hold_ewma * (1 + self.queued) / max(1, self.max_in_flight)
         return int(min(30_000, max(100, est * 1000)))
 
-    def _refuse(self, why: str) -> Overloaded:
+    def _refuse(self, why: str, reason: str) -> Overloaded:
         self.rejected += 1
+        self.rejections[reason] += 1
         return Overloaded(f"server is at capacity ({why}); retry later", self.retry_after_ms())
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
+        t_arrived = time.monotonic()
         if self.in_flight >= self.max_in_flight or self._waiters:
             if len(self._waiters) >= self.max_queue:
-                raise self._refuse(f"{self.in_flight} running, {self.queued} queued")
+                raise self._refuse(f"{self.in_flight} running, {self.queued} queued", "queue_full")
             fut = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
             try:
@@ -50,7 +54,7 @@ class Admission:
                     self._release()
                 else:
                     self._waiters.remove(fut)
-                raise self._refuse(f"waited {self.queue_timeout:.0f}s in the queue") from None
+                raise self._refuse(f"waited {self.queue_timeout:.0f}s in the queue", "queue_timeout") from None
             except asyncio.CancelledError:
                 if fut.done():
                     self._release()
@@ -60,6 +64,7 @@ class Admission:
         else:
             self.in_flight += 1
         t0 = time.monotonic()
+        note_admitted(t0 - t_arrived)  # x-queue-time, the trace's queue span
         try:
             yield
         finally:

@@ -13,6 +13,9 @@ from inferd.service.encoders import EmbedResult, EncoderVerbs, RerankResult
 from inferd.service.generation import GenerationStream, GenerationVerbs
 from inferd.service.lora import LoraVerbs
 from inferd.service.tabular import PredictResult, TabularVerbs
+from inferd.observability.drain import Drain
+from inferd.observability.observer import Observer
+from inferd.observability.tracing import make_tracer
 from inferd.runtimes import loader_for
 from inferd.text.cache import TTLCache
 
@@ -26,6 +29,11 @@ class InferenceService(GenerationVerbs, LoraVerbs, TabularVerbs, EncoderVerbs, C
         self._predictor_info = {}  # catalog entries of predictors not checked at discovery
         if self.registry.loader_for is loader_for:  # runtimes get threads and batch budgets from settings
             self.registry.loader_for = functools.partial(loader_for, settings=self.settings)
+        # /metrics, /load, /slots, drain, traces: every load is observed (load time, stats attached)
+        self.observer = Observer(self.registry, self.admission, Drain(self.settings.drain_timeout),
+                                 show_prompts=self.settings.slots_show_prompts)
+        self.observer.tracer = make_tracer(self.settings)
+        self.registry.loader_for = self.observer.wrap_loader(self.registry.loader_for)
 
 
 __all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult", "available_backends", "discover_all"]

@@ -21,6 +21,7 @@ from typing import Any
 from inferd.chat.templates import render_chat
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
+from inferd.observability.context import note_generation
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.generation import Job
 from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
@@ -137,6 +138,10 @@ class GenerationStream:
             if d.usage is not None:  # /metrics inferd_tokens_total
                 self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens,  # type: ignore[attr-defined]
                                                d.usage.completion_tokens)
+                j = self.job
+                if j is not None:  # x-compute-tokens, the trace's prefill and decode spans
+                    note_generation(d.usage.prompt_tokens, d.usage.completion_tokens, j.t_admitted, j.t_first,
+                                    j.t_last)
         if self.output is not None:
             self.output.apply(d)
         return d
