@@ -6,7 +6,7 @@ import { el, field, select, showError } from "../ui.js";
 
 const STORE = "inferd.chat";
 const DEFAULTS = { model: "", system: "", temperature: "0.7", top_p: "1", max_tokens: "256", seed: "",
-                   thinking: false, mode: "text", schema: "", tools: "", messages: [] };
+                   thinking: false, mode: "text", schema: "", tools: "", extra: "", messages: [] };
 
 function load() {
   try { return { ...DEFAULTS, ...JSON.parse(localStorage.getItem(STORE) || "{}") }; } catch { return { ...DEFAULTS }; }
@@ -65,6 +65,8 @@ export default {
     schema.value = st.schema;
     const tools = el("textarea", { id: "chat-tools", rows: 3, placeholder: '[{"type": "function", "function": {...}}]' });
     tools.value = st.tools;
+    const extra = el("textarea", { id: "chat-extra", rows: 2, placeholder: '{"top_k": 40, "ignore_eos": true}' });
+    extra.value = st.extra;
     const schemaBox = field("JSON schema", schema);
     const syncMode = () => { schemaBox.hidden = mode.value !== "json_schema"; };
     mode.addEventListener("change", syncMode);
@@ -81,7 +83,8 @@ export default {
       el("div", { class: "row" }, field("Temperature", temperature), field("top_p", topP)),
       el("div", { class: "row" }, field("Max tokens", maxTokens), field("Seed", seed)),
       el("label", { class: "check" }, thinking, "Thinking (enable_thinking)"),
-      field("Output", mode), schemaBox, field("Tools (JSON, optional)", tools));
+      field("Output", mode), schemaBox, field("Tools (JSON, optional)", tools),
+      field("More request fields (JSON, optional)", extra));
     root.append(el("h1", { text: "Chat" }), el("div", { class: "grid" }, settings,
       el("div", {}, el("div", { class: "card" }, msgs),
          el("div", { class: "card" }, input, el("div", { class: "row" }, send, stopBtn, clear), err))));
@@ -106,7 +109,8 @@ export default {
       showError(err, null);
       Object.assign(st, { model: modelSel.value, system: system.value, temperature: temperature.value,
                           top_p: topP.value, max_tokens: maxTokens.value, seed: seed.value,
-                          thinking: thinking.checked, mode: mode.value, schema: schema.value, tools: tools.value });
+                          thinking: thinking.checked, mode: mode.value, schema: schema.value, tools: tools.value,
+                          extra: extra.value });
       const body = { model: st.model, stream: true, stream_options: { include_usage: true }, messages: [] };
       try {
         if (st.temperature !== "") body.temperature = Number(st.temperature);
@@ -119,6 +123,7 @@ export default {
                                    json_schema: { name: "output", strict: true, schema: parseJSON(st.schema, "the schema") } };
         }
         if (st.tools.trim()) body.tools = parseJSON(st.tools, "tools");
+        if (st.extra.trim()) Object.assign(body, parseJSON(st.extra, "more request fields"));
       } catch (e) { showError(err, e); return; }
       if (st.system.trim()) body.messages.push({ role: "system", content: st.system });
       st.messages.push({ role: "user", content: text });
