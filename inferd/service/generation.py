@@ -28,6 +28,7 @@ from inferd.scheduling.generation import Job
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
+from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
 from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
 
@@ -177,6 +178,7 @@ class GenerationService:
     async def open(self, req: GenerateRequest, admit: bool = True) -> GenerationStream:
         """Start a generation; every request error is raised here, before a stream exists."""
         arrived = time.perf_counter()
+        check_engine_limits(req)
         spec = self.spec(req.model)
         req.model = spec.name
         stack = contextlib.AsyncExitStack()
