@@ -67,7 +67,8 @@ def test_concurrent_generation_counts_match_the_responses(srv):
     # Load: the model loaded once, took some time, the process grew.
     assert metric(m, "inferd_model_loads_total", model="tiny") == 1
     assert metric(m, "inferd_model_load_seconds", model="tiny") > 0
-    assert metric(m, "inferd_model_resident_bytes", model="tiny") >= 0
+    assert metric(m, "inferd_model_resident_bytes", model="tiny") >= 4 * 4096  # weights + KV cache estimate
+    assert metric(m, "inferd_model_load_rss_bytes", model="tiny") >= 0
     assert metric(m, "inferd_model_loaded", model="tiny") == 1
     assert metric(m, "inferd_slots", model="tiny") == 4
     assert metric(m, "inferd_kv_cache_cells_total", model="tiny") == 4 * 4096

@@ -22,8 +22,7 @@ async def health(request: Request):
 
 @router.get("/readyz")
 async def ready(request: Request, svc: InferenceService = Depends(get_service)):
-    return await health_response(request, {"status": "ready", "version": __version__,
-                                            "models": len(svc.registry.specs)})
+    return await health_response(request, {"status": "ready", "version": __version__, "models": len(svc.models())})
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

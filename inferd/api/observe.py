@@ -166,5 +166,6 @@ async def models_state(svc: InferenceService = Depends(get_service)) -> dict:
                     "loaded": e is not None, "in_use": e["in_use"] if e else 0,
                     "expires_in": None if exp is None else max(0.0, round(exp - now, 1)),
                     "load_seconds": round(obs.load_seconds[spec.name], 3) if spec.name in obs.load_seconds else None,
-                    "resident_bytes": obs.resident.get(spec.name)})
+                    "resident_bytes": e.get("size_bytes") if e else None,
+                    "load_rss_bytes": obs.resident.get(spec.name) if e else None})
     return {"models": out}

@@ -152,7 +152,7 @@ class Observer:
                 }
                 if self.show_prompts:
                     try:
-                        row["prompt"] = rt.detokenize(cache) if cache else ""
+                        row["prompt"] = getattr(rt, "backend", rt).detokenize(cache) if cache else ""
                     except Exception:  # a partial multi-byte piece: show what decodes
                         log.debug("detokenizing slot %d failed", slot.id, exc_info=True)
                         row["prompt"] = ""
@@ -203,8 +203,14 @@ class Observer:
             etok.add(st.tokens, model=m)
 
         loaded = F("inferd_model_loaded", "gauge", "1 while a model is loaded.")
+        res = F("inferd_model_resident_bytes", "gauge",
+                "Estimated resident size of a loaded model (weights + KV cache; what --max-memory counts).")
+        rss = F("inferd_model_load_rss_bytes", "gauge", "Process resident memory grown by the model's last load.")
         for name, _spec, rt in sorted(self._loaded(), key=lambda t: t[0]):
             loaded.add(1, model=name)
+            entry = self.registry.loaded.get(name)
+            if entry is not None:
+                res.add(int(getattr(entry, "size_bytes", 0) or 0), model=name)
             eng, b = engine_of(rt), batcher_of(rt)
             if eng is not None:
                 n_ctx = getattr(eng.backend, "n_ctx_seq", 0)
@@ -218,16 +224,17 @@ class Observer:
                 ewait.add(b.waiting, model=name)
 
         rej = F("inferd_admission_rejections_total", "counter", "Requests refused before running, by reason.")
-        for reason, n in sorted((self.admission.rejections + self.rejections).items()):
+        reasons = self.admission.rejections + self.rejections
+        reasons["engine_queue_full"] += sum(st.rejected for st in self.gen.values())
+        for reason, n in sorted(reasons.items()):
             rej.add(n, reason=reason)
         lsec = F("inferd_model_load_seconds", "gauge", "Duration of the model's last load.")
         lcount = F("inferd_model_loads_total", "counter", "Completed model loads.")
         lfail = F("inferd_model_load_failures_total", "counter", "Failed model loads.")
-        res = F("inferd_model_resident_bytes", "gauge", "Process resident memory grown by the model's last load.")
         size = F("inferd_model_size_bytes", "gauge", "Size of the model's files on disk.")
         for m in sorted(self.load_seconds):
             lsec.add(round(self.load_seconds[m], 6), model=m)
-            res.add(self.resident.get(m, 0), model=m)
+            rss.add(self.resident.get(m, 0), model=m)
         for m, n in sorted(self.loads.items()):
             lcount.add(n, model=m)
         for m, n in sorted(self.load_failures.items()):
@@ -238,4 +245,4 @@ class Observer:
         drain = F("inferd_draining", "gauge", "1 while the server drains (refuses new requests).")
         drain.add(1 if self.drain.draining else 0)
         return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, running, waiting, slots, used, kv, kvt,
-                       ebatch, epad, etok, ewait, loaded, rej, lsec, lcount, lfail, res, size, drain])
+                       ebatch, epad, etok, ewait, loaded, rej, lsec, lcount, lfail, res, rss, size, drain])

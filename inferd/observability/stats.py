@@ -20,6 +20,7 @@ class GenStats:
         self.generated_tokens = 0
         self.cached_tokens = 0                            # prompt tokens reused from the KV cache
         self.finished: dict[str, int] = {}                # finish reason -> sequences
+        self.rejected = 0                                 # refused: the engine's wait queue was full
 
     def finish(self, reason: str, seconds: float) -> None:
         self.e2e.observe(seconds)
