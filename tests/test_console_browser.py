@@ -250,3 +250,39 @@ def test_phone_width_needs_no_horizontal_scrolling(browser, srv):
         assert web.errors == []
     finally:
         web.close()
+
+
+def test_reasoning_is_shown_apart_and_tool_calls_are_rendered(web):
+    from tests.chat_fixtures import THINK_TEMPLATE
+    from tests.test_reasoning_http import SPLIT
+    from tests.test_tools_http import WEATHER
+
+    page = web.go("chat")
+    page.wait_for_selector("#chat-model option[value=tiny]", state="attached")
+    page.check("#chat-thinking")
+    page.fill("#chat-extra", json.dumps({"chat_template": THINK_TEMPLATE, "grammar": SPLIT, "seed": 1}))
+    page.fill("#chat-max-tokens", "60")
+    page.fill("#chat-input", "think first")
+    page.click("#chat-send")
+    msg = page.wait_for_selector(".msg.assistant:not(.streaming):has(.stats:has-text('finish'))")
+    reasoning = msg.query_selector("details.reasoning")
+    assert reasoning.is_visible() and reasoning.get_attribute("open") is None  # collapsed once done
+    msg.query_selector("details.reasoning summary").click()
+    thought = msg.query_selector(".rtext").inner_text()
+    answer = msg.query_selector(".content").inner_text()
+    assert len(thought.split(" ")) == 2 and thought.islower()
+    assert answer[0].isupper() and answer.endswith(".") and "think>" not in thought + answer
+
+    page.click("#chat-clear")
+    page.uncheck("#chat-thinking")
+    page.fill("#chat-tools", json.dumps([WEATHER]))
+    page.fill("#chat-extra", json.dumps({"tool_choice": "required", "parallel_tool_calls": False, "seed": 2}))
+    page.fill("#chat-max-tokens", "200")
+    page.fill("#chat-input", "weather in Paris?")
+    page.click("#chat-send")
+    page.wait_for_selector(".msg.assistant .stats:has-text('finish: tool_calls')")
+    call = page.inner_text(".msg.assistant pre.tool-call")
+    assert call.startswith("get_weather(") and call.endswith(")")
+    args = json.loads(call[len("get_weather("):-1])
+    assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+    assert web.errors == []
