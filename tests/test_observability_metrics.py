@@ -62,7 +62,8 @@ def test_concurrent_generation_counts_match_the_responses(srv):
                      if k[0] == "inferd_time_to_first_token_seconds_bucket" and dict(k[1])["le"] != "+Inf")
     assert [v for _, v in buckets] == sorted(v for _, v in buckets)
     assert metric(m, "inferd_time_to_first_token_seconds_bucket", model="tiny", le="+Inf") == 12
-    # The legacy counters keep counting too.
+    # The legacy counters keep counting too, POST routes by their path.
+    assert metric(m, "inferd_requests_total", method="POST", route="/v1/completions", status="200") == 12
     assert metric(m, "inferd_tokens_total", model="tiny", type="completion") == 12 * N_TOKENS
     # Load: the model loaded once, took some time, the process grew.
     assert metric(m, "inferd_model_loads_total", model="tiny") == 1

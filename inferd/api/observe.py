@@ -15,9 +15,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inferd.api.deps import get_service
 from inferd.api.errors import error_response, family_of
 from inferd.errors import Overloaded
+from inferd.models import ModelKind
 from inferd.observability.context import RequestInfo, begin, end
 from inferd.observability.observer import Observer
-from inferd.registry.spec import ModelKind
 from inferd.service import InferenceService
 
 router = APIRouter()
