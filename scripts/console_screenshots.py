@@ -54,14 +54,16 @@ def main() -> None:
         # Some traffic for the live charts: four streams at once.
         def stream(i: int) -> None:
             httpx.post(s.url + "/v1/completions", timeout=300, json={
-                "model": "gemma-3-270m", "prompt": f"Story number {i}:", "max_tokens": 24, "ignore_eos": True})
+                "model": "gemma-3-270m", "prompt": f"Story number {i}:", "max_tokens": 64, "ignore_eos": True})
 
         page.goto(s.url + "/#/models")
         page.wait_for_selector("#models-rows tr")
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            list(pool.map(stream, range(4)))
-        time.sleep(2)
-        page.screenshot(path=str(out / "console-models.png"))
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:  # six requests on four slots: two wait
+            jobs = [pool.submit(stream, i) for i in range(6)]
+            time.sleep(6)  # the charts fill while they run
+            page.screenshot(path=str(out / "console-models.png"))
+            for j in jobs:
+                j.result()
 
         page.set_viewport_size({"width": 390, "height": 760})  # same storage: the chat is still there
         page.goto(s.url + "/#/chat")

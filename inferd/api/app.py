@@ -26,7 +26,8 @@ from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound
 from inferd.service import InferenceService
 
-ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
+ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
+           antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router]
 
