@@ -88,7 +88,10 @@ def test_sigterm_lets_eight_running_streams_finish_and_refuses_new_requests(tmp_
         h = httpx.get(url + "/health")
         assert h.status_code == 503 and h.json() == {"status": "draining"}
         assert httpx.get(url + "/load").json()["draining"] is True
-        assert "inferd_draining 1" in httpx.get(url + "/metrics").text
+        text = httpx.get(url + "/metrics").text
+        assert "inferd_draining 1" in text
+        refused = [line for line in text.splitlines() if line.startswith('inferd_admission_rejections_total{reason="draining"}')]
+        assert refused and float(refused[0].split()[-1]) >= 3
         assert proc.poll() is None
         assert httpx.get(url + "/load").json()["models"]["tiny"]["running"] > 0  # the streams still run
         t0 = time.time()

@@ -74,6 +74,11 @@ def test_concurrent_generation_counts_match_the_responses(srv):
     assert metric(m, "inferd_slots", model="tiny") == 4
     assert metric(m, "inferd_kv_cache_cells_total", model="tiny") == 4 * 4096
     assert metric(m, "inferd_kv_cache_cells_used", model="tiny") > 0  # finished sequences stay as prompt cache
+    state = {x["name"]: x for x in httpx.get(srv.url + "/admin/models").json()["models"]}
+    tiny = state["tiny"]
+    assert tiny["loaded"] and tiny["kind"] == "generator" and tiny["format"] == "gguf" and tiny["in_use"] == 0
+    assert 0 < tiny["expires_in"] <= 300 and tiny["load_seconds"] > 0
+    assert tiny["resident_bytes"] == metric(m, "inferd_model_resident_bytes", model="tiny")
 
 
 def test_load_and_slots_while_streams_hold_every_slot(srv):
