@@ -9,12 +9,10 @@ Slow (a Ray head takes 10-20 s to start); marked, and run in CI."""
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -25,65 +23,13 @@ import numpy as np
 import openai
 import pytest
 
+from tests.ray_ns import BIN, PORT, URL, cleanup, in_ns, ns_pids, sh, start_cluster
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
-BIN = Path(sys.executable).parent
-NS = f"inferdray{os.getpid()}"
-PORT = 8000
-URL = f"http://127.0.0.1:{PORT}"
 HI = [{"role": "user", "content": "hi"}]
-CLONE_NEWNET = 0x40000000
-
-
-def sh(*cmd: str, ns: bool = True, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    full = (["ip", "netns", "exec", NS] if ns else []) + list(cmd)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{BIN}:{os.environ['PATH']}"}
-    r = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=env)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(full)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    return r
-
-
-def in_ns(fn, *args, **kw):
-    """Run fn in a thread that joined the namespace's network (sockets it opens live there)."""
-    out: dict = {}
-
-    def run():
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        with open(f"/var/run/netns/{NS}") as f:
-            if libc.setns(f.fileno(), CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns failed")
-        try:
-            out["value"] = fn(*args, **kw)
-        except BaseException as e:  # re-raised in the caller
-            out["error"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(300)
-    assert not t.is_alive(), "client thread did not finish"
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
-
-
-def ns_pids() -> list[int]:
-    r = sh("ip", "netns", "pids", NS, ns=False, check=False)
-    return [int(p) for p in r.stdout.split()]
-
-
-def cleanup() -> None:
-    if NS not in sh("ip", "netns", "list", ns=False, check=False).stdout:
-        return
-    sh("ray", "stop", "--force", check=False, timeout=60)
-    for pid in ns_pids():  # only processes inside our namespace
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    sh("ip", "netns", "del", NS, ns=False, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +60,8 @@ path = "{FIX / 'onnx' / 'tiny-bert-embed'}"
 num_cpus = 0.25
 threads = 1
 """)
-    cleanup()
-    sh("ip", "netns", "add", NS, ns=False)
     try:
-        sh("ip", "link", "set", "lo", "up")
-        sh("ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", "6379", "--dashboard-host",
-           "127.0.0.1", "--temp-dir", str(tmp / "t"), "--num-cpus", "2", "--disable-usage-stats")
-        # The second node: same namespace, so its dashboard-agent port must differ from the head's.
-        sh("ray", "start", "--address", "127.0.0.1:6379", "--dashboard-agent-listen-port", "52366",
-           "--resources", '{"node_b": 1}', "--num-cpus", "2", "--disable-usage-stats")
+        start_cluster(tmp / "t")
         t0 = time.time()
         r = sh(str(BIN / "inferd"), "cluster", "deploy", "--ray", "127.0.0.1:6379", "--cluster-config", str(cfg),
                "--port", str(PORT), timeout=300)
