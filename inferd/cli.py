@@ -49,6 +49,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
+                                       "here; needs --cluster-config and inferd[cluster]")
+    a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
@@ -74,6 +77,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     settings = _settings(ns)
     settings.check_bind()
     setup_logging(settings.log_level, settings.log_format)
+    if getattr(ns, "ray", None):
+        from inferd.cluster.cli import serve_on_ray
+
+        return serve_on_ray(ns.ray, ns.cluster_config, settings)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -133,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands contributed by other modules: fn(subparsers) -> None. Imported here, not
     at the top, so `inferd serve` pays for none of them."""
+    from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import]
+    return [ml_import, cluster]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,6 +108,7 @@ def test_load_and_slots_while_streams_hold_every_slot(srv):
         assert tiny == {**tiny, "kind": "generator", "running": 4, "waiting": 2, "slots": 4, "slots_free": 0}
         assert load["totals"]["running"] >= 4 and load["totals"]["waiting"] >= 2 and load["draining"] is False
         assert load["totals"]["requests_in_flight"] == 6
+        assert all(load[k] == load["totals"][k] for k in ("running", "waiting", "slots", "slots_free"))
         slots = httpx.get(srv.url + "/slots", params={"model": "tiny"}).json()
         assert [s["id"] for s in slots] == [0, 1, 2, 3]
         assert all(s["is_processing"] and s["n_ctx"] == 4096 and s["tokens_cached"] > 0 for s in slots)

@@ -50,7 +50,10 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {msg}" if param else msg) + more, param
 
 
-def create_app(settings: Settings, service: InferenceService | None = None) -> FastAPI:
+def create_app(settings: Settings, service: InferenceService | None = None,
+               inner_middleware: list[tuple[type, dict]] | None = None) -> FastAPI:
+    """`inner_middleware`: (class, kwargs) pairs placed innermost, between the security and
+    limit middleware and the router (the cluster ingress's forwarder goes there)."""
     service = service or InferenceService.from_settings(settings)
 
     @contextlib.asynccontextmanager
@@ -94,7 +97,10 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
         app.include_router(r)
 
     # Outermost last: RequestContext sees every response, including auth and size refusals.
-    app.add_middleware(observe.Observe, observer=service.observer)  # innermost: after auth and CORS
+    for cls, kwargs in inner_middleware or ():
+        app.add_middleware(cls, **kwargs)
+    # Inside auth and CORS (its 503s get both), outside the cluster forwarder (drain gates all).
+    app.add_middleware(observe.Observe, observer=service.observer)
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())

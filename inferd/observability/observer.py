@@ -128,7 +128,9 @@ class Observer:
             models[name] = row
         totals = {k: sum(m[k] for m in models.values()) for k in ("running", "waiting", "slots", "slots_free")}
         totals.update(requests_in_flight=self.admission.in_flight, requests_queued=self.admission.queued)
-        return {"models": models, "totals": totals, "draining": self.drain.draining}
+        # Totals also at the top level, as the cluster ingress's /load has them (cluster/ingress.py).
+        return {"models": models, **{k: totals[k] for k in ("running", "waiting", "slots", "slots_free")},
+                "totals": totals, "draining": self.drain.draining}
 
     def slots_view(self, model: str | None = None) -> list[dict[str, Any]]:
         """llama-server's GET /slots, one entry per slot of each loaded generator (or of `model`)."""
