@@ -6,10 +6,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from inferd import __version__
 from inferd.config import Settings, load_settings
 from inferd.errors import ConfigError
+from inferd.models import ModelSpec
 
 log = logging.getLogger("inferd")
 
@@ -95,12 +97,16 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _no_loads(spec: ModelSpec) -> Callable[[ModelSpec], Any]:
+    raise ConfigError(f"`inferd models` does not load models ({spec.name})")
 
 
 def cmd_models(ns: argparse.Namespace) -> int:
@@ -109,7 +115,7 @@ def cmd_models(ns: argparse.Namespace) -> int:
 
     settings = _settings(ns)
     found = discover_all(settings)
-    Registry.build(found.specs, lambda s: None)  # duplicate names are an error here too
+    Registry.build(found.specs, _no_loads)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
              s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -51,7 +52,7 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 def create_app(settings: Settings, service: InferenceService | None = None,
-               inner_middleware: list[tuple[type, dict]] | None = None) -> FastAPI:
+               inner_middleware: list[tuple[Any, dict[str, Any]]] | None = None) -> FastAPI:
     """`inner_middleware`: (class, kwargs) pairs placed innermost, between the security and
     limit middleware and the router (the cluster ingress's forwarder goes there)."""
     service = service or InferenceService.from_settings(settings)
