@@ -13,11 +13,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.observability.drain import Drain
 from inferd.observability.prom import LATENCY_BUCKETS, Family, Histogram, render
 from inferd.observability.stats import EncStats, GenStats
+
+if TYPE_CHECKING:
+    from inferd.observability.tracing import Tracer
 
 log = logging.getLogger("inferd.observe")
 
@@ -54,6 +57,7 @@ class Observer:
         self.load_seconds: dict[str, float] = {}
         self.resident: dict[str, int] = {}
         self.rejections: collections.Counter[str] = collections.Counter()  # refusals outside admission
+        self.tracer: Tracer | None = None  # --otlp-endpoint (set by the service)
 
     # ---- recording ----------------------------------------------------------------------------
     def request(self, model: str, family: str, status: int, seconds: float) -> None:
@@ -164,8 +168,8 @@ class Observer:
     def render(self) -> str:
         F = Family
         req = F("inferd_model_requests_total", "counter", "Requests that used a model, by route family and status.")
-        for (m, fam, st), n in sorted(self.requests.items()):
-            req.add(n, model=m, family=fam, status=st)
+        for (m, fam, status), n in sorted(self.requests.items()):
+            req.add(n, model=m, family=fam, status=status)
         dur = F("inferd_request_duration_seconds", "histogram", "End-to-end HTTP request latency per model.")
         for (m, fam), h in sorted(self.durations.items()):
             dur.add_histogram(h, model=m, family=fam)
@@ -199,10 +203,10 @@ class Observer:
         epad = F("inferd_encoder_padded_tokens_total", "counter", "Tokens fed to encoder passes, padding included.")
         etok = F("inferd_encoder_tokens_total", "counter", "Real (unpadded) tokens fed to encoder passes.")
         ewait = F("inferd_encoder_waiting_inputs", "gauge", "Inputs waiting for an encoder forward pass.")
-        for m, st in sorted(self.enc.items()):
-            ebatch.add_histogram(st.batch, model=m)
-            epad.add(st.padded_tokens, model=m)
-            etok.add(st.tokens, model=m)
+        for m, es in sorted(self.enc.items()):
+            ebatch.add_histogram(es.batch, model=m)
+            epad.add(es.padded_tokens, model=m)
+            etok.add(es.tokens, model=m)
 
         loaded = F("inferd_model_loaded", "gauge", "1 while a model is loaded.")
         res = F("inferd_model_resident_bytes", "gauge",
