@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
 
     parallel: int = Field(4, ge=1, le=256)
+    ctx_size: int | None = Field(None, ge=16)   # tokens per generator slot (None: manifest or model)
+    cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] = "f16"  # generator KV cache type
+    n_gpu_layers: int = Field(0, ge=-1)         # passed to llama.cpp
     threads: int | None = Field(None, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching

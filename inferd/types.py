@@ -69,6 +69,25 @@ class ChatOptions:
     tool_call_ids: Literal["required", "optional"] = "required"
 
 
+CACHE_DTYPES = ("f16", "bf16", "q8_0", "q4_0", "f32")
+
+
+@dataclass
+class EngineControls:
+    """Antfly's per-request engine controls (API-NOTES.md, "engine controls"). None: the
+    model's default. Validated against the loaded model by the service (a value the model
+    cannot honour is a 400 naming the field), carried to the engine's Job."""
+
+    cache_dtype: str | None = None             # must equal the loaded model's KV type
+    prompt_cache: bool = True                  # False: no prefix reuse, nothing left behind
+    prompt_cache_key: str | None = None        # slot affinity
+    cache_compaction_ratio: float = 0.0        # context shift share; 0: stop with "length"
+    draft_model: str | None = None             # "ngram" or a served generator; None: manifest's
+    speculative_k: int | None = None
+    speculation_policy: Literal["auto", "on", "off"] = "auto"
+    speculation_calibration: Literal["none", "online"] = "none"
+
+
 @dataclass
 class GenerateRequest:
     """One generation, from any face. Exactly one of `messages` (chat: rendered with the
@@ -98,6 +117,7 @@ class GenerateRequest:
     clamp_to_context: bool = False
     num_ctx: int | None = None          # a smaller context window for this request
     keep_alive: float | None = None     # seconds to keep the model loaded afterwards
+    engine: EngineControls = field(default_factory=EngineControls)
     created: float = field(default_factory=time.time)
 
 
@@ -161,3 +181,5 @@ class Generation:
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     created: float = field(default_factory=time.time)
+    # {policy, calibration, decision, disabled_reason, drafted_tokens, accepted_tokens}
+    speculation: dict[str, Any] | None = None

@@ -182,6 +182,9 @@ class Observer:
         gtok = F("inferd_generation_tokens_total", "counter", "Generated tokens.")
         hit = F("inferd_prompt_cache_hit_tokens_total", "counter", "Prompt tokens reused from the KV cache.")
         fin = F("inferd_sequences_finished_total", "counter", "Generated sequences by finish reason.")
+        drafted = F("inferd_speculative_drafted_tokens_total", "counter", "Draft tokens verified by the target.")
+        accepted = F("inferd_speculative_accepted_tokens_total", "counter", "Draft tokens the target accepted.")
+        shifts = F("inferd_context_shifts_total", "counter", "Context shifts (cache_compaction_ratio).")
         for m, st in sorted(self.gen.items()):
             ttft.add_histogram(st.ttft, model=m)
             itl.add_histogram(st.itl, model=m)
@@ -190,6 +193,9 @@ class Observer:
             ptok.add(st.prompt_tokens, model=m)
             gtok.add(st.generated_tokens, model=m)
             hit.add(st.cached_tokens, model=m)
+            drafted.add(st.drafted_tokens, model=m)
+            accepted.add(st.accepted_tokens, model=m)
+            shifts.add(st.context_shifts, model=m)
             for reason, n in sorted(st.finished.items()):
                 fin.add(n, model=m, reason=reason)
 

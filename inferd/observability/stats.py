@@ -19,6 +19,9 @@ class GenStats:
         self.prompt_tokens = 0
         self.generated_tokens = 0
         self.cached_tokens = 0                            # prompt tokens reused from the KV cache
+        self.drafted_tokens = 0                           # speculative draft tokens verified
+        self.accepted_tokens = 0                          # ... of which the target accepted
+        self.context_shifts = 0                           # cache_compaction_ratio shifts
         self.finished: dict[str, int] = {}                # finish reason -> sequences
         self.rejected = 0                                 # refused: the engine's wait queue was full
 

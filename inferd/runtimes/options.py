@@ -18,3 +18,5 @@ class RuntimeOptions:
     max_batch_size: int = 512                    # encoders: inputs one forward pass may carry
     prefer_quantized: bool = True                # ONNX: model_quantized.onnx / *_int8 when present
     max_waiting: int = 1024                      # generator: jobs that may wait for a slot
+    cache_dtype: str = "f16"                     # generator KV cache type (manifest `cache_dtype` wins)
+    n_gpu_layers: int = 0                        # layers llama.cpp offloads (0 on a CPU build)

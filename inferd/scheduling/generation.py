@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
 from inferd.observability.stats import GenStats
+from inferd.scheduling.speculation import Drafters, Speculation
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
 
@@ -44,6 +45,8 @@ class Backend(Protocol):
     def is_eog(self, token: int) -> bool: ...
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None: ...
+    def can_shift(self) -> bool: ...
     def clear(self) -> None: ...
 
 
@@ -60,6 +63,11 @@ class Job:
     top_logprobs: int | None = None   # None: no logprobs
     arrived: float = field(default_factory=time.perf_counter)
     stream: bool = False
+    # engine controls (API-NOTES.md): prefix reuse, slot affinity, context shift, speculation
+    prompt_cache: bool = True
+    cache_key: str | None = None
+    compaction: float = 0.0
+    speculation: Speculation | None = None
     # ---- worker state ----
     number: int = 0                   # submission order
     cancelled: bool = False
@@ -72,6 +80,7 @@ class Job:
     t_first: float = 0.0
     t_last: float = 0.0
     done: bool = False
+    shifted: bool = False             # context shifted: its cells no longer make a reusable prefix
 
     def usage(self, now: float) -> Usage:
         n = len(self.generated)
@@ -90,6 +99,13 @@ class Slot:
     cache: list[int] = field(default_factory=list)  # tokens whose KV cells this sequence holds
     job: Job | None = None
     last_used: float = 0.0
+    key: str | None = None                          # prompt_cache_key of the last job here
+
+    @property
+    def shareable(self) -> bool:
+        """May another job reuse this slot's cells? Not a private (prompt_cache: false) or a
+        shifted sequence's."""
+        return self.job is None or (self.job.prompt_cache and not self.job.shifted)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -98,6 +114,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+N_KEEP = 1  # context shift keeps the first token (BOS, or the prompt's first)
 
 
 class GenerationEngine:
@@ -118,6 +137,7 @@ class GenerationEngine:
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
+        self.drafters = Drafters()  # draft models of this engine (speculation.py), worker thread only
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
         self._thread.start()
 
@@ -215,7 +235,10 @@ class GenerationEngine:
         self.batch_sizes[len(entries)] += 1
         self.stats.batch.observe(len(entries))
         now = time.perf_counter()
-        for (seq, toks, _p0, _want), job, row in zip(entries, jobs, rows):
+        for (seq, toks, _p0, want), job, row in zip(entries, jobs, rows):
+            if want > 1:
+                self._verify(job, toks, row, now)
+                continue
             self.slots[seq].cache.extend(toks)
             if row >= 0:
                 self._on_token(job, row, now)
@@ -246,12 +269,14 @@ class GenerationEngine:
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
-        limit = len(prompt) - 1  # the last prompt token is always decoded: its logits start generation
-        own = max(free, key=lambda s: (min(common_prefix(s.cache, prompt), limit), -s.last_used))
+        limit = len(prompt) - 1 if job.prompt_cache else 0  # the last prompt token is always decoded
+        key = job.cache_key
+        own = max(free, key=lambda s: (key is not None and s.key == key,
+                                       min(common_prefix(s.cache, prompt), limit), -s.last_used))
         keep = min(common_prefix(own.cache, prompt), limit)
         donor, donor_keep = None, keep
         for s in self.slots:
-            if s is not own:
+            if s is not own and s.shareable:
                 n = min(common_prefix(s.cache, prompt), limit)
                 if n > donor_keep:
                     donor, donor_keep = s, n
@@ -267,6 +292,7 @@ class GenerationEngine:
         else:
             own.cache = own.cache[:keep]
         job.slot, job.cached, job.t_admitted = own.id, keep, now
+        own.key = key if key is not None else own.key
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_tokens += keep
         job.out = TextOut(job.stop)
@@ -285,7 +311,9 @@ class GenerationEngine:
                 jobs.append(job)
             else:
                 prefilling.append(slot)
-        budget = self.backend.n_batch - len(entries)
+        if any(j.speculation is not None for j in jobs):
+            self._add_drafts(entries, jobs)
+        budget = self.backend.n_batch - sum(len(e[1]) for e in entries)
         for slot in sorted(prefilling, key=lambda s: s.job.t_admitted):  # oldest prompt first
             if budget <= 0:
                 break
@@ -296,7 +324,8 @@ class GenerationEngine:
             budget -= len(chunk)
         return entries, jobs
 
-    def _on_token(self, job: Job, row: int, now: float) -> None:
+    def _on_token(self, job: Job, row: int, now: float) -> int:
+        """Sample one token from `row`, emit it, finish the job or set its next token."""
         be = self.backend
         tok = be.sample(job.sampler, row)
         if not job.t_first:
@@ -308,7 +337,7 @@ class GenerationEngine:
         if be.is_eog(tok):
             job.next_token = None
             self._finish(job, "stop", now)
-            return
+            return tok
         lp = [be.logprob(row, tok, job.top_logprobs)] if job.top_logprobs is not None else []
         job.generated.append(tok)
         self.stats.generated_tokens += 1
@@ -316,11 +345,79 @@ class GenerationEngine:
         slot = self.slots[job.slot]
         if job.out.stopped:
             self._finish(job, "stop", now, text, [tok], lp)
-        elif len(job.generated) >= job.max_tokens or len(slot.cache) + 1 > be.n_ctx_seq:
+        elif len(job.generated) >= job.max_tokens or (len(slot.cache) + 1 > be.n_ctx_seq
+                                                       and not self._shift(job, slot)):
             self._finish(job, "length", now, text, [tok], lp)
         else:
             job.next_token = tok
             self._emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
+        return tok
+
+    # ---- speculation (speculation.py) and context shift ----------------------------------------
+    def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
+        """Append each speculating sequence's draft to its entry (want = 1 + draft tokens),
+        within the decode's token budget, the context and the request's max_tokens."""
+        n_ctx, budget = self.backend.n_ctx_seq, self.backend.n_batch - len(entries)
+        by_drafter: dict[int, tuple[Any, list[tuple[int, list[int], int]], list[int]]] = {}
+        for i, job in enumerate(jobs):
+            sp = job.speculation
+            if sp is None or budget <= 0:
+                continue
+            k = min(sp.want(len(jobs)), budget, n_ctx - entries[i][2] - 2, job.max_tokens - len(job.generated) - 1)
+            if k <= 0:
+                continue
+            budget -= k
+            _d, asks, idx = by_drafter.setdefault(id(sp.drafter), (sp.drafter, [], []))
+            asks.append((entries[i][0], job.prompt + job.generated, k))
+            idx.append(i)
+        for drafter, asks, idx in by_drafter.values():
+            for i, draft in zip(idx, drafter.propose(asks)):
+                if draft:
+                    seq, toks, p0, _want = entries[i]
+                    entries[i] = (seq, toks + draft, p0, 1 + len(draft))
+
+    def _verify(self, job: Job, toks: list[int], row: int, now: float) -> None:
+        """The target's rows for [next token, *draft]: sample each in order with the job's own
+        sampler and stop at the first that differs from the draft (or finishes the job);
+        the rejected drafts' cells leave the KV cache."""
+        slot = self.slots[job.slot]
+        draft, base, p0 = toks[1:], row - (len(toks) - 1), len(slot.cache)
+        slot.cache.append(toks[0])
+        accepted = 0
+        for j in range(len(draft) + 1):
+            tok = self._on_token(job, base + j, now)
+            if job.next_token is None or j == len(draft) or tok != draft[j]:
+                break
+            slot.cache.append(draft[j])
+            accepted += 1
+        self.backend.seq_rm(slot.id, p0 + 1 + accepted, -1)
+        if job.speculation is not None:
+            job.speculation.record(len(draft), accepted)
+        self.stats.drafted_tokens += len(draft)
+        self.stats.accepted_tokens += accepted
+
+    def _shift(self, job: Job, slot: Slot) -> bool:
+        """llama.cpp's context shift: drop `compaction` of the tokens after the first N_KEEP
+        and slide the rest down, so generation goes on. False (stop with length) when off,
+        unsupported, or when another running sequence shares these cells (moving shared
+        cells would move that sequence's tokens too)."""
+        n = len(slot.cache)
+        if job.compaction <= 0 or not self.backend.can_shift() or n <= N_KEEP + 1:
+            return False
+        for other in self.slots:
+            if other is not slot and common_prefix(other.cache, slot.cache) > N_KEEP:
+                if other.job is not None:
+                    return False
+                self.backend.seq_rm(other.id, -1, -1)  # an idle prefix cache sharing cells: drop it
+                other.cache = []
+        drop = max(1, int((n - N_KEEP) * job.compaction))
+        be = self.backend
+        be.seq_rm(slot.id, N_KEEP, N_KEEP + drop)
+        be.seq_add(slot.id, N_KEEP + drop, -1, -drop)
+        del slot.cache[N_KEEP:N_KEEP + drop]
+        job.shifted = True
+        self.stats.context_shifts += 1
+        return True
 
     def _finish(self, job: Job, reason: FinishReason, now: float, text: str = "", tokens: list[int] | None = None,
                 logprobs: list[TokenLogprob] | None = None) -> None:
@@ -337,6 +434,9 @@ class GenerationEngine:
         if job.slot is not None:
             slot = self.slots[job.slot]
             slot.job, slot.last_used = None, time.perf_counter()
+            if not job.prompt_cache or job.shifted:  # leave nothing reusable behind
+                self.backend.seq_rm(slot.id, -1, -1)
+                slot.cache = []
         try:
             job.sampler.close()
         except Exception:

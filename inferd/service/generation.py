@@ -26,16 +26,19 @@ from inferd.observability.context import note_generation
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
+from inferd.scheduling.speculation import Speculation
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
+from inferd.service.speculation import check_controls, plan_speculation
 from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
 
 log = logging.getLogger("inferd.generation")
 
 GEN = [ModelKind.GENERATOR]
+MAX_SHIFTED_CONTEXTS = 16
 
 
 @dataclass
@@ -85,7 +88,10 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
     max_tokens = room if req.max_tokens is None else req.max_tokens
     if max_tokens < 0:
         raise InvalidInput("max_tokens must be >= 0", "max_tokens")
-    if max_tokens > room:
+    if max_tokens > MAX_SHIFTED_CONTEXTS * n_ctx:  # context shift bounds nothing by itself
+        raise InvalidInput(f"max_tokens: at most {MAX_SHIFTED_CONTEXTS * n_ctx} ({MAX_SHIFTED_CONTEXTS} contexts "
+                           f"of {n_ctx}) with cache_compaction_ratio", "max_tokens")
+    if max_tokens > room and req.engine.cache_compaction_ratio <= 0:  # > 0: the context shifts and goes on
         if not req.clamp_to_context:
             raise ContextOverflow(f"model '{req.model}' has a context window of {n_ctx} tokens; the prompt "
                                   f"uses {len(tokens)} and max_tokens asks for {max_tokens} more "
@@ -119,6 +125,7 @@ class GenerationStream:
         self.prompt_tokens: list[int] = []
         self.job: Job | None = None
         self.output: ChatOutput | None = None
+        self.speculation: Speculation | None = None
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
         self._stack, self._owner = stack, owner
         self.finished = False
@@ -195,11 +202,18 @@ class GenerationService:
             assert isinstance(handle, GeneratorHandle)
             await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
+            ctl = req.engine
+            check_controls(ctl, spec, handle)
+            stream.speculation = await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
             p = await asyncio.to_thread(prepare, handle.backend, req)
             stream.prompt_tokens, stream.output = p.prompt, p.output
+            sp = stream.speculation
             stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
                              top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
-                             sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream)
+                             sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream,
+                             prompt_cache=ctl.prompt_cache, cache_key=ctl.prompt_cache_key,
+                             compaction=ctl.cache_compaction_ratio,
+                             speculation=sp if sp.disabled_reason is None else None)
             try:
                 handle.engine.submit(stream.job)
             except BaseException:
@@ -296,7 +310,8 @@ async def collect(stream: GenerationStream) -> Generation:
     return Generation(model=stream.model, text="".join(parts), finish_reason=reason or "stop", usage=usage,
                       reasoning="".join(thought) or None, tool_calls=calls,
                       tokens=tokens, prompt_tokens=stream.prompt_tokens,
-                      logprobs=logprobs if stream.req.sampling.logprobs else None, created=stream.created)
+                      logprobs=logprobs if stream.req.sampling.logprobs else None, created=stream.created,
+                      speculation=stream.speculation.report() if stream.speculation is not None else None)
 
 
 __all__ = ["GenerationService", "GenerationStream", "collect", "prepare"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -93,6 +93,8 @@ class GeneratorHandle:
     backend: GeneratorRuntime
     engine: GenerationEngine
     lora: str | None = None
+    # loads a draft model (spec -> backend sized like this one) for speculation; set by loading.py
+    make_draft: Callable[[Any], Any] | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -114,6 +116,7 @@ class GeneratorHandle:
 
     def close(self) -> None:
         if self.engine.close():
+            self.engine.drafters.close()
             self.backend.close()
         else:  # a step is still running native code: leaking is safe, freeing under it is not
             log.error("generation worker of %s did not stop; its native memory is not freed", self.backend.name)

@@ -30,7 +30,8 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
     """Built once per server from Settings: the only server configuration runtimes see."""
     return RuntimeOptions(threads=settings.threads or max(1, os.cpu_count() or 1), parallel=settings.parallel,
                           max_batch_tokens=settings.max_batch_tokens, max_batch_size=settings.max_batch_size,
-                          prefer_quantized=settings.prefer_quantized,
+                          prefer_quantized=settings.prefer_quantized, n_ctx=settings.ctx_size,
+                          cache_dtype=settings.cache_dtype, n_gpu_layers=settings.n_gpu_layers,
                           # a full engine queue is a 503, never unbounded memory
                           max_waiting=max(settings.max_queued_requests, settings.parallel) * 4)
 
@@ -40,13 +41,22 @@ def _generator(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
     from inferd.runtimes.llama_cpp import load_generator
 
     backend = load_generator(spec, opts)
-    handle = GeneratorHandle(backend, GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting))
+    handle = GeneratorHandle(backend, GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting),
+                             make_draft=functools.partial(_draft, backend, opts))
     try:
         handle.warm_up()
     except BaseException:
         handle.close()
         raise
     return handle
+
+
+def _draft(target: Any, opts: RuntimeOptions, dspec: ModelSpec) -> Any:
+    """A draft model for `target`'s speculation: its own copy of the weights and a context with
+    one sequence per target slot, each as long as the target's (llama_cpp/draft.py)."""
+    from inferd.runtimes.llama_cpp.draft import load_draft
+
+    return load_draft(dspec, target, opts)
 
 
 def _encoder(build: Callable[[ModelSpec, RuntimeOptions], EncoderRuntime]) -> Loader:

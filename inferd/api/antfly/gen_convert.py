@@ -8,12 +8,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from inferd.api.antfly.gen_schemas import BatchRequest
+from inferd.api.antfly.gen_schemas import BatchRequest, GenerateBody
 from inferd.api import errors
 from inferd.api.openai import gen_convert as oai
-from inferd.api.openai.gen_schemas import ChatCompletionRequest
 from inferd.errors import InferdError, InvalidInput
-from inferd.types import Generation, GenerateRequest
+from inferd.types import EngineControls, Generation, GenerateRequest
 
 _MEDIA_PARTS = {"image_url", "input_image", "image", "input_audio", "media", "file"}
 
@@ -33,18 +32,36 @@ def _has_media(body: dict[str, Any]) -> bool:
     return False
 
 
+def chat_request(body: GenerateBody) -> GenerateRequest:
+    """The OpenAI chat request plus the engine controls."""
+    req = oai.chat_request(body)
+    req.engine = EngineControls(
+        cache_dtype=body.cache_dtype, prompt_cache=body.prompt_cache, prompt_cache_key=body.prompt_cache_key,
+        cache_compaction_ratio=body.cache_compaction_ratio, draft_model=body.draft_model,
+        speculative_k=body.speculative_k, speculation_policy=body.speculation_policy,
+        speculation_calibration=body.speculation_calibration)
+    return req
+
+
+def chat_response(g: Generation) -> dict[str, Any]:
+    out = oai.chat_response(g, antfly=True)
+    if g.speculation is not None:
+        out["speculation"] = g.speculation
+    return out
+
+
 def batch_item(body: dict[str, Any], index: int) -> GenerateRequest | InferdError:
     """One item's engine request, or the error that fails this item alone."""
     if _has_media(body):
         return UnsupportedMultimodal(f"requests[{index}]: batch generation is text-only", "body.messages")
     try:
-        parsed = ChatCompletionRequest.model_validate(body)
+        parsed = GenerateBody.model_validate(body)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ()))
         return InvalidInput(f"requests[{index}].body.{where}: {err.get('msg', 'invalid')}", where or None)
     try:
-        req = oai.chat_request(parsed)
+        req = chat_request(parsed)
     except InferdError as e:
         return e
     req.stream = False  # the batch is synchronous
@@ -67,7 +84,7 @@ def batch_response(body: BatchRequest, results: list[Generation | InferdError]) 
     for i, (item, r) in enumerate(zip(body.requests, results)):
         ok = isinstance(r, Generation)
         data.append({"custom_id": item.custom_id, "index": i,
-                     "response": oai.chat_response(r, antfly=True) if ok else None,
+                     "response": chat_response(r) if ok else None,
                      "error": None if ok else item_error(r)})
     failed = sum(1 for d in data if d["error"] is not None)
     return {"object": "generate.batch", "data": data,

@@ -24,6 +24,12 @@ class ContextConfig:
     n_ctx_seq: int      # tokens one sequence may hold
     n_batch: int        # tokens one llama_decode may carry
     n_threads: int
+    cache_dtype: str = "f16"   # K and V element type
+
+
+# ggml_type ids (ggml.h); bf16 is 30
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
+KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # per element
 
 
 class DecodeError(RuntimeError):
@@ -41,6 +47,7 @@ class LlamaContext:
         p.kv_unified = True
         p.swa_full = True
         p.no_perf = True
+        p.type_k = p.type_v = KV_TYPES[cfg.cache_dtype]  # quantized V needs flash attention: llama.cpp's auto
         ctx = L.llama_init_from_model(model.ptr, p)
         if not ctx:
             raise ModelLoadFailed(f"llama.cpp could not create a context of {p.n_ctx} tokens for {model.path}")
@@ -62,6 +69,8 @@ class LlamaContext:
         b = self.batch
         n = 0
         rows: list[int] = []
+        # `want` is how many trailing tokens of the entry want logits (True = 1): speculative
+        # verification reads a row per draft token; their rows are contiguous, ending at the one returned.
         for seq, toks, p0, want in entries:
             for j, tok in enumerate(toks):
                 b.token[n] = tok
@@ -70,8 +79,8 @@ class LlamaContext:
                 b.seq_id[n][0] = seq
                 b.logits[n] = 0
                 n += 1
-            if want:
-                b.logits[n - 1] = 1
+            for i in range(int(want)):
+                b.logits[n - 1 - i] = 1
             rows.append(n - 1 if want else -1)
         if n > self.cfg.n_batch:
             raise DecodeError(f"batch of {n} tokens exceeds n_batch {self.cfg.n_batch}")
@@ -92,6 +101,12 @@ class LlamaContext:
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         L.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        L.llama_memory_seq_add(self.mem, seq, p0, p1, delta)
+
+    def can_shift(self) -> bool:
+        return bool(L.llama_memory_can_shift(self.mem))
 
     def clear(self) -> None:
         L.llama_memory_clear(self.mem, True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec, model_ggufs
-from inferd.runtimes.llama_cpp.context import ContextConfig, LlamaContext
+from inferd.runtimes.llama_cpp.context import KV_BYTES, KV_TYPES, ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
 from inferd.runtimes.options import RuntimeOptions
@@ -41,10 +41,15 @@ def resolve_gguf(spec: ModelSpec) -> Path:
 
 class LlamaGenerator:
     def __init__(self, spec: ModelSpec, n_seq: int = 4, n_threads: int | None = None,
-                 n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH):
+                 n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH, cache_dtype: str = "f16",
+                 n_gpu_layers: int = 0):
         self.spec, self.name = spec, spec.name
         self.size_bytes = 0  # weights + KV cache, estimated below (the registry's memory budget)
-        self.model = LlamaModel(resolve_gguf(spec))
+        if cache_dtype not in KV_TYPES:
+            raise ModelLoadFailed(f"model '{spec.name}': cache_dtype {cache_dtype!r} is not one of "
+                                  f"{', '.join(KV_TYPES)}")
+        self.cache_dtype = cache_dtype
+        self.model = LlamaModel(resolve_gguf(spec), n_gpu_layers)
         try:
             asked = n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length")
             want = int(asked or DEFAULT_CTX)
@@ -57,7 +62,7 @@ class LlamaGenerator:
             self.n_seq = n_seq
             self.n_batch = max(n_batch, n_seq)  # every generating sequence fits one step
             cfg = ContextConfig(n_seq=n_seq, n_ctx_seq=self.n_ctx_seq, n_batch=self.n_batch,
-                                n_threads=n_threads or os.cpu_count() or 1)
+                                n_threads=n_threads or os.cpu_count() or 1, cache_dtype=cache_dtype)
             self.ctx = LlamaContext(self.model, cfg)
         except BaseException:
             self.model.close()
@@ -65,7 +70,7 @@ class LlamaGenerator:
         self.chat_template = self._template()
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
-        self.size_bytes = estimate_bytes(self.model, n_seq * self.n_ctx_seq)
+        self.size_bytes = estimate_bytes(self.model, n_seq * self.n_ctx_seq, KV_BYTES[cache_dtype])
 
     def warm_up(self) -> None:
         """One tiny decode at load: llama.cpp sizes its compute buffers on the first call,
@@ -144,22 +149,34 @@ class LlamaGenerator:
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         self.ctx.seq_cp(src, dst, p0, p1)
 
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        self.ctx.seq_add(seq, p0, p1, delta)
+
+    def can_shift(self) -> bool:
+        return self.ctx.can_shift()
+
+    def argmax(self, row: int) -> int:
+        """The greedy token of one row (a draft model's proposal)."""
+        return int(self.ctx.logits(row).argmax())
+
     def clear(self) -> None:
         self.ctx.clear()
 
 
-def estimate_bytes(model: LlamaModel, kv_tokens: int) -> int:
-    """Resident size: the weights file plus an f16 KV cache (K and V, every layer) for every
-    slot, plus ~10% for compute buffers. An estimate for the memory budget, not a measurement."""
+def estimate_bytes(model: LlamaModel, kv_tokens: int, kv_bytes: float = 2.0) -> int:
+    """Resident size: the weights file plus the KV cache (K and V, every layer, `kv_bytes` per
+    element) for every slot, plus ~10% for compute buffers. An estimate for the memory budget."""
     weights = model.path.stat().st_size if model.path.is_file() else 0
-    kv = 2 * 2 * kv_tokens * max(1, model.n_layer) * max(1, model.n_embd_kv)
+    kv = 2 * kv_bytes * kv_tokens * max(1, model.n_layer) * max(1, model.n_embd_kv)
     return int((weights + kv) * 1.1)
 
 
 def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> LlamaGenerator:
     """(GENERATOR, "gguf"): `--parallel` slots (or the manifest's), `--threads` CPU threads."""
     n_seq = int(spec.manifest.get("parallel") or opts.parallel)
+    dtype = str(spec.manifest.get("cache_dtype") or opts.cache_dtype)
     try:
-        return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch)
+        return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch,
+                              cache_dtype=dtype, n_gpu_layers=opts.n_gpu_layers)
     except InvalidInput as e:
         raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e

@@ -45,11 +45,11 @@ def init_backend() -> None:
 class LlamaModel:
     """Weights + vocabulary of one GGUF file (no context: see context.py)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, n_gpu_layers: int = 0):
         init_backend()
         self.path = Path(path)
         params = L.llama_model_default_params()
-        params.n_gpu_layers = 0
+        params.n_gpu_layers = n_gpu_layers  # a CPU build has no device to offload to: all stay here
         model = L.llama_model_load_from_file(str(self.path).encode(), params)
         if not model:
             raise ModelLoadFailed(f"llama.cpp could not load {self.path} (not a valid GGUF model?)")

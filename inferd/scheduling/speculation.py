@@ -1,0 +1,237 @@
+"""Speculative decoding inside continuous batching: drafters and the per-sequence policy.
+
+A drafter proposes up to k tokens that should follow a sequence's context; the engine
+(generation.py) appends them after the sequence's next token, so ONE target decode verifies
+every running sequence's drafts at once (a logits row per draft token). Verification samples
+the target's own token at each row with the request's sampler chain and stops at the first
+token that differs from the draft: the emitted tokens are exactly those the target would
+have produced one by one (greedy or seeded sampling alike; the sampler sees the same rows
+in the same order), so speculation changes speed, never output. Rejected drafts leave the
+KV cache with `seq_rm` (target here, draft-model cache by prefix comparison next step).
+
+Two drafters:
+- NgramDrafter (`draft_model: "ngram"`): prompt lookup, llama-server's ngram mode. The last
+  n tokens of the context are looked up earlier in the context, and what followed them there
+  is the draft. Free, and good where the output copies the input (rewriting, extraction, code edits).
+- DraftModelDrafter: a smaller generator with the same vocabulary, its own KV cache (one
+  sequence per target slot), greedy proposals, k decodes of all sequences together.
+
+Policy per request: `off`; `on` (always, when a drafter is named); `auto` (speculate while at
+most AUTO_MAX_BATCH sequences decode, and stop for the request once its measured acceptance
+falls below AUTO_MIN_ACCEPT). Calibration `online` moves k with the acceptance rate."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger("inferd.speculation")
+
+DEFAULT_K = 4
+MAX_K = 16
+AUTO_MAX_BATCH = 4        # above this many decoding sequences the decode is compute-bound: drafts cost
+AUTO_MIN_ACCEPT = 0.3     # accepted / drafted below this (after AUTO_WARMUP drafts): stop drafting
+AUTO_WARMUP = 16
+NGRAM_MAX, NGRAM_MIN = 4, 2
+
+
+class Drafter(Protocol):
+    def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
+        """For each (seq, context tokens, k): up to k proposed next tokens. Worker thread only."""
+        ...
+
+
+def ngram_lookup(ctx: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> list[int]:
+    """The k tokens that followed the latest earlier occurrence of the context's last n tokens
+    (longest n first); [] when none recurs."""
+    size = len(ctx)
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        tail = ctx[size - n:]
+        first = tail[0]
+        i = size - n - 1
+        while i >= 0:
+            if ctx[i] == first and ctx[i:i + n] == tail:
+                return ctx[i + n:i + n + k]
+            i -= 1
+    return []
+
+
+class NgramDrafter:
+    name = "ngram"
+
+    def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
+        return [ngram_lookup(ctx, k) for _seq, ctx, k in asks]
+
+    def close(self) -> None:
+        pass
+
+
+NGRAM = NgramDrafter()
+
+
+class DraftBackend(Protocol):
+    n_seq: int
+    n_batch: int
+
+    def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]: ...
+    def argmax(self, row: int) -> int: ...
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
+    def close(self) -> None: ...
+
+
+class DraftModelDrafter:
+    """A draft model's own context, one sequence per target slot. Its cache follows the
+    target's: each step the new context is compared with what the draft holds, the differing
+    tail (rejected drafts) is removed and the missing tokens are decoded, all sequences together."""
+
+    def __init__(self, name: str, backend: DraftBackend):
+        self.name, self.backend = name, backend
+        self.cache: dict[int, list[int]] = {}
+
+    def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
+        be = self.backend
+        pending: list[tuple[int, list[int], int]] = []  # (seq, tokens still to decode, their first position)
+        for seq, ctx, _k in asks:
+            held = self.cache.get(seq, [])
+            keep = min(_common(held, ctx), len(ctx) - 1)  # the last token is decoded: its row drafts
+            if not be.seq_rm(seq, keep, -1):
+                be.seq_rm(seq, -1, -1)
+                keep = 0
+            self.cache[seq] = ctx[:keep]
+            pending.append((seq, ctx[keep:], keep))
+        rows = self._prefill(pending)
+        drafts: list[list[int]] = [[] for _ in asks]
+        live = list(range(len(asks)))
+        for _step in range(max((k for _s, _c, k in asks), default=0)):
+            toks = {i: be.argmax(rows[i]) for i in live}
+            for i in live:
+                drafts[i].append(toks[i])
+            live = [i for i in live if len(drafts[i]) < asks[i][2]]
+            if not live:
+                break
+            entries = [(asks[i][0], [toks[i]], len(self.cache[asks[i][0]]), True) for i in live]
+            out = be.decode(entries)
+            for i, r in zip(live, out):
+                self.cache[asks[i][0]].append(toks[i])
+                rows[i] = r
+        return drafts
+
+    def _prefill(self, pending: list[tuple[int, list[int], int]]) -> list[int]:
+        """Decode every sequence's missing tokens (chunked to the draft's batch); -> the row of
+        each one's last token."""
+        be = self.backend
+        rows = [-1] * len(pending)
+        todo = [list(p) for p in pending]
+        while any(t[1] for t in todo):
+            entries, owners, budget = [], [], be.n_batch
+            for i, (seq, rest, p0) in enumerate(todo):
+                if not rest or budget <= 0:
+                    continue
+                chunk = rest[:budget]
+                entries.append((seq, chunk, p0, len(chunk) == len(rest)))
+                owners.append(i)
+                budget -= len(chunk)
+            out = be.decode(entries)
+            for i, (seq, chunk, _p0, last), r in zip(owners, entries, out):
+                self.cache[seq].extend(chunk)
+                todo[i][1] = todo[i][1][len(chunk):]
+                todo[i][2] += len(chunk)
+                if last:
+                    rows[i] = r
+        return rows
+
+    def forget(self, seq: int) -> None:
+        self.cache.pop(seq, None)
+        self.backend.seq_rm(seq, -1, -1)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Drafters:
+    """One engine's draft models by name, built once on first use (`build` loads the model)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, DraftModelDrafter] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str, build: Callable[[], DraftBackend]) -> DraftModelDrafter:
+        with self._lock:
+            d = self._by_name.get(name)
+            if d is None:
+                d = self._by_name[name] = DraftModelDrafter(name, build())
+            return d
+
+    def close(self) -> None:
+        with self._lock:
+            for d in self._by_name.values():
+                try:
+                    d.close()
+                except Exception:
+                    log.exception("closing draft model %s failed", d.name)
+            self._by_name.clear()
+
+
+@dataclass(eq=False)
+class Speculation:
+    """One request's speculation: the policy asked for, what happened, and its counts."""
+
+    drafter: Any | None           # NgramDrafter | DraftModelDrafter | None
+    policy: str = "auto"
+    calibration: str = "none"
+    k: int = DEFAULT_K
+    disabled_reason: str | None = None
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    skipped_batch: int = 0        # steps where auto held back because the batch was large
+
+    def __post_init__(self) -> None:
+        if self.policy == "off":
+            self.disabled_reason = "policy_off"
+        elif self.drafter is None:
+            self.disabled_reason = "no_draft_model"
+
+    def want(self, n_decoding: int) -> int:
+        """Draft tokens to ask for this step (0: none)."""
+        if self.disabled_reason is not None:
+            return 0
+        if self.policy == "auto":
+            if n_decoding > AUTO_MAX_BATCH:
+                self.skipped_batch += 1
+                return 0
+        return self.k
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+        self.steps += 1
+        if self.calibration == "online" and drafted:
+            if accepted == drafted:
+                self.k = min(MAX_K, self.k + 1)
+            elif accepted * 2 < drafted:
+                self.k = max(1, self.k - 1)
+        if (self.policy == "auto" and self.drafted >= AUTO_WARMUP
+                and self.accepted < AUTO_MIN_ACCEPT * self.drafted):
+            self.disabled_reason = "low_acceptance"
+
+    def report(self) -> dict[str, Any]:
+        reason = self.disabled_reason
+        if reason is None and self.drafted == 0 and self.skipped_batch:
+            reason = "batch_too_large"
+        enabled = reason is None
+        return {"policy": self.policy, "calibration": self.calibration,
+                "decision": "enabled" if enabled else "disabled", "disabled_reason": reason,
+                "draft_model": getattr(self.drafter, "name", None), "speculative_k": self.k,
+                "drafted_tokens": self.drafted, "accepted_tokens": self.accepted}

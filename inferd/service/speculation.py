@@ -1,0 +1,52 @@
+"""Per-request engine controls checked against the loaded model, and the speculation plan.
+
+The Antfly spec's engine controls (API-NOTES.md) arrive as `GenerateRequest.engine`. What
+the loaded model cannot honour is a 400 naming the field and what it accepts: a KV cache
+type other than the one the model was loaded with, an unknown or incompatible draft model,
+`speculation_policy: on` with nothing to draft with."""
+
+from __future__ import annotations
+
+from inferd.errors import InferdError, InvalidInput
+from inferd.models import ModelKind, ModelSpec
+from inferd.scheduling.speculation import DEFAULT_K, NGRAM, Speculation
+from inferd.service.core import Catalog
+from inferd.service.handles import GeneratorHandle
+from inferd.types import EngineControls
+
+
+def check_controls(ctl: EngineControls, spec: ModelSpec, handle: GeneratorHandle) -> None:
+    loaded = getattr(handle.backend, "cache_dtype", "f16")
+    if ctl.cache_dtype is not None and ctl.cache_dtype != loaded:
+        raise InvalidInput(f"cache_dtype: model '{spec.name}' is loaded with a {loaded} KV cache; this request "
+                           f"asks for {ctl.cache_dtype}. Accepted: \"{loaded}\" or omitted (the cache type is "
+                           "set per model: manifest cache_dtype or --cache-dtype)", "cache_dtype")
+
+
+def plan_speculation(ctl: EngineControls, spec: ModelSpec, handle: GeneratorHandle, catalog: Catalog) -> Speculation:
+    """The request's Speculation (its drafter loaded on first use). Blocking: runs on a thread."""
+    name = ctl.draft_model or spec.manifest.get("draft_model")
+    k = int(ctl.speculative_k or spec.manifest.get("speculative_k") or DEFAULT_K)
+    drafter = None
+    if ctl.speculation_policy != "off" and name:
+        drafter = NGRAM if name == "ngram" else _draft_model(str(name), spec, handle, catalog)
+    if ctl.speculation_policy == "on" and drafter is None:
+        raise InvalidInput("speculation_policy: \"on\" needs a draft_model (\"ngram\" or a served generator with "
+                           f"the same vocabulary); model '{spec.name}' names none. Accepted: \"auto\", \"off\", "
+                           "or \"on\" with draft_model", "speculation_policy")
+    return Speculation(drafter, policy=ctl.speculation_policy, calibration=ctl.speculation_calibration, k=k)
+
+
+def _draft_model(name: str, spec: ModelSpec, handle: GeneratorHandle, catalog: Catalog):
+    try:
+        dspec = catalog.resolve(name, ModelKind.GENERATOR)
+    except InferdError:
+        served = ", ".join(s.name for s in catalog.registry.of_kind(ModelKind.GENERATOR))
+        raise InvalidInput(f"draft_model: no served generator '{name}'. Accepted: \"ngram\" or one of: {served}",
+                           "draft_model") from None
+    if dspec.name == spec.name:
+        raise InvalidInput(f"draft_model: '{name}' is the target model itself; name a smaller generator with the "
+                           "same vocabulary, or \"ngram\"", "draft_model")
+    if handle.make_draft is None:
+        raise InvalidInput(f"draft_model: model '{spec.name}' cannot load draft models", "draft_model")
+    return handle.engine.drafters.get(dspec.name, lambda: handle.make_draft(dspec))
