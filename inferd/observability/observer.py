@@ -256,5 +256,5 @@ class Observer:
                 size.add(spec.size_bytes, model=spec.name)
         drain = F("inferd_draining", "gauge", "1 while the server drains (refuses new requests).")
         drain.add(1 if self.drain.draining else 0)
-        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, running, waiting, slots, used, kv, kvt,
+        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, running, waiting, slots, used, kv, kvt,
                        ebatch, epad, etok, ewait, loaded, rej, lsec, lcount, lfail, res, rss, size, drain])

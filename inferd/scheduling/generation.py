@@ -271,7 +271,9 @@ class GenerationEngine:
         prompt = job.prompt
         limit = len(prompt) - 1 if job.prompt_cache else 0  # the last prompt token is always decoded
         key = job.cache_key
-        own = max(free, key=lambda s: (key is not None and s.key == key,
+        # prompt_cache_key: its own slot first; slots another key holds last (a longer prefix
+        # elsewhere is still borrowed below, by copying cells)
+        own = max(free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key,
                                        min(common_prefix(s.cache, prompt), limit), -s.last_used))
         keep = min(common_prefix(own.cache, prompt), limit)
         donor, donor_keep = None, keep

@@ -88,7 +88,7 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
     max_tokens = room if req.max_tokens is None else req.max_tokens
     if max_tokens < 0:
         raise InvalidInput("max_tokens must be >= 0", "max_tokens")
-    if max_tokens > MAX_SHIFTED_CONTEXTS * n_ctx:  # context shift bounds nothing by itself
+    if req.engine.cache_compaction_ratio > 0 and max_tokens > MAX_SHIFTED_CONTEXTS * n_ctx:  # shifts never end
         raise InvalidInput(f"max_tokens: at most {MAX_SHIFTED_CONTEXTS * n_ctx} ({MAX_SHIFTED_CONTEXTS} contexts "
                            f"of {n_ctx}) with cache_compaction_ratio", "max_tokens")
     if max_tokens > room and req.engine.cache_compaction_ratio <= 0:  # > 0: the context shifts and goes on
