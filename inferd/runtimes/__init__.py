@@ -23,6 +23,10 @@ LOADERS: dict[tuple[ModelKind, str], str] = {
     (ModelKind.CHUNKER, "onnx"): "inferd.runtimes.onnx:load_chunker",
     # generators: continuous batching over llama.cpp (inferd/runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): "inferd.runtimes.llama_cpp:load_generator",
+    # extraction (inferd/runtimes/extract, runtimes/spacy; loaders attach the batcher)
+    (ModelKind.EXTRACTOR, "onnx"): "inferd.service.extract_loading:load_extractor",
+    (ModelKind.EXTRACTOR, "spacy"): "inferd.service.extract_loading:load_extractor",
+    (ModelKind.CLASSIFIER, "onnx"): "inferd.service.extract_loading:load_classifier",
     # tabular predictors (inferd/runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): "inferd.runtimes.tabular:load",
 }

@@ -10,6 +10,7 @@ import functools
 from inferd.service.chunking import ChunkingVerbs, ChunkResult
 from inferd.service.core import CoreService, available_backends, discover_all
 from inferd.service.encoders import EmbedResult, EncoderVerbs, RerankResult
+from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationStream, GenerationVerbs
 from inferd.service.lora import LoraVerbs
 from inferd.service.tabular import PredictResult, TabularVerbs
@@ -24,6 +25,7 @@ class InferenceService(GenerationVerbs, LoraVerbs, TabularVerbs, EncoderVerbs, C
         self._lora = {}  # generator -> chosen LoRA adapter (service/lora.py)
         self._lora_locks = {}
         self._predictor_info = {}  # catalog entries of predictors not checked at discovery
+        self.extraction = ExtractionService(self.registry, self.admission, self.settings, self.generate)
         if self.registry.loader_for is loader_for:  # runtimes get threads and batch budgets from settings
             self.registry.loader_for = functools.partial(loader_for, settings=self.settings)
 

@@ -1,0 +1,282 @@
+"""ExtractionService: /ai/v1/extract's verb. Entities and relations (GLiNER span models,
+token classifiers, spaCy pipelines), classifications (fixed-label and zero-shot NLI
+classifiers) and structures (a generator filling a JSON Schema under its grammar).
+
+Its dependencies are explicit: the registry (served names, load on demand), admission (one
+slot per request), the settings, and the generation verb (structures run through the
+generators' continuous-batching engines like any other generation).
+
+The work of a request runs stage by stage (entities, relations, classifications,
+structures); in each stage the pieces of all its inputs are prepared in one thread hop and
+handed to the model's batcher in one submission, so they share forward passes with each
+other and with concurrent requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.errors import (CapabilityMissing, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
+                           PayloadTooLarge)
+from inferd.extraction_types import (Classification, ClassificationSpec, ExtractItem, ExtractOptions,
+                                     ExtractSchema)
+from inferd.registry.registry import Registry
+from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.scheduling.admission import Admission
+from inferd.types import ChatOptions, GenerateRequest, Generation, SamplingParams
+
+log = logging.getLogger("inferd.extraction")
+
+KINDS = [ModelKind.EXTRACTOR, ModelKind.CLASSIFIER, ModelKind.GENERATOR]
+MAX_CHARS = 100_000          # one input's text
+MAX_TOTAL_CHARS = 1_000_000  # all inputs of a request
+MAX_STRUCTURE_TOKENS = 4096
+Generate = Callable[..., Awaitable[Generation]]
+
+
+@dataclass
+class ExtractResult:
+    model: str
+    items: list[ExtractItem | InferdError] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def part_capabilities(spec: ModelSpec) -> set[str]:
+    """The schema parts `spec` can serve by itself or through its manifest's generator."""
+    caps = set(spec.capabilities)
+    if spec.kind is ModelKind.GENERATOR or spec.manifest.get("generator"):
+        caps.add("structures")
+    return caps
+
+
+class ExtractionService:
+    def __init__(self, registry: Registry, admission: Admission, settings: Any, generate: Generate):
+        self.registry, self.admission, self.settings, self._generate = registry, admission, settings, generate
+
+    # ---- model choice ------------------------------------------------------------------------
+    def resolve(self, model: str | None, schema: ExtractSchema) -> ModelSpec:
+        """The served model of a request. Omitted: the only model of the kind the schema
+        needs (an extractor for entities and relations, else a classifier, else a generator)."""
+        if model:
+            return self.registry.resolve(model, KINDS)
+        parts = set(schema.parts())
+        kind = (ModelKind.EXTRACTOR if parts & {"entities", "relations"} else
+                ModelKind.CLASSIFIER if "classifications" in parts else ModelKind.GENERATOR)
+        found = self.registry.of_kind(kind)
+        if len(found) == 1:
+            return found[0]
+        raise InvalidInput(f"'model' is required ({len(found)} {kind.plural} are served)", "model")
+
+    def _check_parts(self, spec: ModelSpec, schema: ExtractSchema) -> str | None:
+        """Every asked-for part must be servable: else a 400 naming it. -> the structures generator."""
+        parts = schema.parts()
+        if not parts:
+            raise InvalidInput("schema asks for nothing: give entities, relations, classifications or structures",
+                               "schema")
+        caps = part_capabilities(spec)
+        for p in parts:
+            if p not in caps:
+                what = f"a {spec.kind.value}" + (f" ({', '.join(sorted(spec.capabilities))})" if spec.capabilities else "")
+                hint = " (name a generator in its model_manifest.json 'generator')" if p == "structures" else ""
+                raise CapabilityMissing(f"model '{spec.name}' cannot extract {p}: it is {what}{hint}")
+        if schema.relations and not schema.entities:
+            raise InvalidInput("relations need schema.entities (the labels of the entities they connect)",
+                               "schema.entities")
+        if not schema.structures:
+            return None
+        if spec.kind is ModelKind.GENERATOR:
+            return spec.name
+        gen = str(spec.manifest["generator"])
+        try:
+            return self.registry.resolve(gen, [ModelKind.GENERATOR]).name
+        except InferdError as e:
+            raise ModelNotSupported(f"model '{spec.name}': its structures generator '{gen}' is not served "
+                                    f"({e.message})") from e
+
+    # ---- the verb ------------------------------------------------------------------------------
+    async def extract(self, model: str | None, inputs: Sequence[str | InferdError], schema: ExtractSchema,
+                      options: ExtractOptions, per_item: bool = False) -> ExtractResult:
+        spec = self.resolve(model, schema)
+        generator = self._check_parts(spec, schema)
+        items: list[Any] = [self._check_input(i, x) for i, x in enumerate(inputs)]
+        if sum(len(x) for x in items if isinstance(x, str)) > MAX_TOTAL_CHARS:
+            raise PayloadTooLarge(f"the inputs hold more than {MAX_TOTAL_CHARS} characters in all")
+        if not per_item:
+            for x in items:
+                if isinstance(x, InferdError):
+                    raise x
+        result = ExtractResult(spec.name)
+        out: list[Any] = [x if isinstance(x, InferdError) else ExtractItem() for x in items]
+        ok = [i for i, x in enumerate(items) if isinstance(x, str)]
+        async with self.admission.slot():
+            if spec.kind is not ModelKind.GENERATOR and set(schema.parts()) - {"structures"}:
+                async with self.registry.use(spec.name, [spec.kind]) as rt:
+                    if schema.entities:
+                        await self._entities(rt, spec, items, ok, out, schema, options, result)
+                    if schema.relations:
+                        await self._relations(rt, items, ok, out, schema, options, result)
+                    if schema.classifications:
+                        await self._classify(rt, spec, items, ok, out, schema, options, result)
+            if generator is not None:
+                await self._structures(generator, items, ok, out, schema, result)
+        if not per_item:
+            for x in out:
+                if isinstance(x, InferdError):
+                    raise x
+        result.items = out
+        return result
+
+    @staticmethod
+    def _check_input(i: int, x: str | InferdError) -> str | InferdError:
+        if isinstance(x, InferdError):
+            return x
+        if not x.strip():
+            return InvalidInput(f"inputs[{i}].content is empty", f"inputs[{i}].content")
+        if len(x) > MAX_CHARS:
+            return PayloadTooLarge(f"inputs[{i}].content has {len(x)} characters; the limit is {MAX_CHARS}")
+        return x
+
+    @staticmethod
+    def _live(ok: list[int], out: list[Any]) -> list[int]:
+        return [i for i in ok if not isinstance(out[i], InferdError)]
+
+    @staticmethod
+    def _fail(out: list[Any], i: int, err: BaseException) -> None:
+        out[i] = err if isinstance(err, InferdError) else InferenceFailed(f"inference failed: {err}")
+
+    async def _run(self, rt: Any, groups: list[list[Any]]) -> list[list[Any] | BaseException]:
+        """Run every group's pieces through the model's batcher in ONE submission; a group
+        whose piece failed gets that piece's exception."""
+        flat = [p for g in groups for p in g]
+        res = await rt.batcher.submit_each(flat, [p.cost for p in flat])
+        out: list[list[Any] | BaseException] = []
+        k = 0
+        for g in groups:
+            part = res[k:k + len(g)]
+            k += len(g)
+            err = next((r for r in part if isinstance(r, BaseException)), None)
+            out.append(err if err is not None else part)
+        return out
+
+    async def _entities(self, rt: Any, spec: ModelSpec, items, ok, out, schema, options, result) -> None:
+        labels = rt.match_labels(schema.entities)  # a label a fixed-label model lacks: 400, named
+        live = self._live(ok, out)
+        groups = await asyncio.to_thread(lambda: [rt.prepare_entities(items[i], labels, options) for i in live])
+        for i, g, res in zip(live, groups, await self._run(rt, groups)):
+            if isinstance(res, BaseException):
+                self._fail(out, i, res)
+                continue
+            result.prompt_tokens += sum(p.tokens for p in g)
+            out[i].entities = rt.entities(items[i], labels, options, g, res)
+
+    async def _relations(self, rt: Any, items, ok, out, schema, options, result) -> None:
+        live = self._live(ok, out)
+        groups = await asyncio.to_thread(
+            lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live])
+        for i, g, res in zip(live, groups, await self._run(rt, groups)):
+            if isinstance(res, BaseException):
+                self._fail(out, i, res)
+                continue
+            result.prompt_tokens += sum(p.tokens for p in g)
+            out[i].relations = rt.relations(items[i], out[i].entities, schema.relations, options, g, res)
+
+    async def _classify(self, rt: Any, spec: ModelSpec, items, ok, out, schema, options, result) -> None:
+        specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
+        live = self._live(ok, out)
+        groups = await asyncio.to_thread(
+            lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs])
+        res_all = await self._run(rt, groups)
+        n = len(specs)
+        for j, i in enumerate(live):
+            found: list[Classification] = []
+            for k, (c, labels) in enumerate(specs):
+                res, g = res_all[j * n + k], groups[j * n + k]
+                if isinstance(res, BaseException):
+                    self._fail(out, i, res)
+                    break
+                result.prompt_tokens += sum(p.tokens for p in g)
+                found.extend(_pick(c, labels, rt.scores(labels, c.multi_label, res), options.threshold))
+            else:
+                out[i].classifications = found
+
+    async def _structures(self, generator: str, items, ok, out, schema, result) -> None:
+        async def one(i: int, name: str, js: dict[str, Any]) -> tuple[int, str, Any]:
+            prompt = _structure_prompt(items[i], name, js)
+            req = GenerateRequest(
+                model=generator, messages=[{"role": "user", "content": prompt}], template_fallback=True,
+                max_tokens=min(MAX_STRUCTURE_TOKENS, json_budget(js)), clamp_to_context=True,
+                sampling=SamplingParams(temperature=0.0),
+                chat=ChatOptions(response_format={"type": "json_schema",
+                                                  "json_schema": {"name": name, "schema": js, "strict": True}}))
+            try:
+                g = await self._generate(req, admit=False)
+            except InferdError as e:
+                if isinstance(e, InvalidInput) and e.param == "response_format":
+                    raise  # a structure the grammar cannot enforce: the request's 400
+                return i, name, e
+            result.prompt_tokens += g.usage.prompt_tokens
+            result.completion_tokens += g.usage.completion_tokens
+            try:
+                if g.finish_reason == "length":
+                    raise ValueError("the output did not finish within its token budget")
+                return i, name, json.loads(g.text)
+            except ValueError as e:
+                return i, name, InferenceFailed(f"structure '{name}': the generator's output is not complete "
+                                                f"JSON ({e})")
+
+        live = self._live(ok, out)
+        jobs = [one(i, name, js) for i in live for name, js in schema.structures.items()]
+        for i, name, value in await asyncio.gather(*jobs):
+            if isinstance(out[i], InferdError):
+                continue
+            if isinstance(value, InferdError):
+                out[i] = value
+            else:
+                out[i].structures[name] = value
+
+
+def _pick(c: ClassificationSpec, labels: list[str], scores: list[float], threshold: float) -> list[Classification]:
+    """Single-label: the best label. Multi-label: every label scoring at least `threshold`,
+    best first."""
+    ranked = sorted(zip(labels, scores), key=lambda t: -t[1])
+    if not c.multi_label:
+        return [Classification(c.name, ranked[0][0], float(ranked[0][1]))]
+    return [Classification(c.name, lab, float(s)) for lab, s in ranked if s >= threshold]
+
+
+def _structure_prompt(text: str, name: str, schema: dict[str, Any]) -> str:
+    fields = "\n".join(f"- {k}: {v.get('description') or v.get('type') or 'value'}"
+                       for k, v in schema.get("properties", {}).items())
+    return (f"Extract '{name}' from the text below as JSON with these fields:\n{fields}\n\n"
+            f"Text:\n{text}\n\nJSON:")
+
+
+def json_budget(s: Any, depth: int = 0) -> int:
+    """An upper bound on the tokens of a JSON value the grammar allows for schema `s` (a token
+    is at least one byte, an escaped character at most 6): structures get this as max_tokens,
+    so a bounded schema always finishes. Unbounded parts count as 512."""
+    if not isinstance(s, dict) or depth > 8:
+        return 512
+    t = s.get("type")
+    if "enum" in s:
+        return max((len(json.dumps(v)) for v in s["enum"]), default=8) + 2
+    if t == "string":
+        if s.get("format"):
+            return 40
+        return 6 * int(s["maxLength"]) + 2 if "maxLength" in s else 512
+    if t in ("integer", "number"):
+        return 40
+    if t in ("boolean", "null"):
+        return 6
+    if t == "object":
+        props = s.get("properties") or {}
+        return 2 + sum(len(json.dumps(k)) + 4 + json_budget(v, depth + 1) for k, v in props.items())
+    if t == "array":
+        n = int(s.get("maxItems", 16))
+        return 2 + n * (2 + json_budget(s.get("items"), depth + 1))
+    return 512
