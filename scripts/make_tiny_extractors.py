@@ -47,7 +47,8 @@ ZS_LABELS = ["cooking", "weather", "computing"]
 
 def hf_tokenizer(tok_path: Path) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_file=str(tok_path), unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=64,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
 def export(model, out: Path) -> None:
@@ -134,6 +135,7 @@ def make_gliner(root: Path, tok_path: Path, vocab: int) -> None:
     model.export_to_onnx(str(out))
     gcfg = json.loads((out / "gliner_config.json").read_text())
     gcfg["model_name"] = "tiny-bert (random weights, scripts/make_tiny_extractors.py)"  # not a temp path
+    gcfg.get("encoder_config", {})["_name_or_path"] = "tiny-bert"
     (out / "gliner_config.json").write_text(json.dumps(gcfg, indent=2, sort_keys=True) + "\n")
     flat, nested = {}, {}
     ref: dict = {"texts": GLINER_TEXTS, "labels": GLINER_LABELS, "max_width": 4}

@@ -39,3 +39,22 @@ def models_dir(root: Path) -> Path:
     shutil.copy(TINY_GGUF, g / "model.gguf")
     (g / "model_manifest.json").write_text(json.dumps({"n_ctx": 4096}))
     return root
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def extract_srv(tmp_path_factory):
+    """One server for the extraction tests over the tiny fixtures (1 thread)."""
+    from tests.server import serve
+
+    d = models_dir(tmp_path_factory.mktemp("extract-models"))
+    with serve(models_dir=str(d), threads=1, parallel=4) as s:
+        yield s
+
+
+def post(srv, body: dict, timeout: float = 60):
+    import httpx
+
+    return httpx.post(srv.url + "/ai/v1/extract", json=body, timeout=timeout)
