@@ -35,6 +35,7 @@ KINDS = [ModelKind.EXTRACTOR, ModelKind.CLASSIFIER, ModelKind.GENERATOR]
 MAX_CHARS = 100_000          # one input's text
 MAX_TOTAL_CHARS = 1_000_000  # all inputs of a request
 MAX_STRUCTURE_TOKENS = 4096
+_INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
 
 
@@ -166,7 +167,8 @@ class ExtractionService:
     async def _entities(self, rt: Any, spec: ModelSpec, items, ok, out, schema, options, result) -> None:
         labels = rt.match_labels(schema.entities)  # a label a fixed-label model lacks: 400, named
         live = self._live(ok, out)
-        groups = await asyncio.to_thread(lambda: [rt.prepare_entities(items[i], labels, options) for i in live])
+        groups = await _prepare(lambda: [rt.prepare_entities(items[i], labels, options) for i in live],
+                                sum(len(items[i]) for i in live))
         for i, g, res in zip(live, groups, await self._run(rt, groups)):
             if isinstance(res, BaseException):
                 self._fail(out, i, res)
@@ -176,8 +178,9 @@ class ExtractionService:
 
     async def _relations(self, rt: Any, items, ok, out, schema, options, result) -> None:
         live = self._live(ok, out)
-        groups = await asyncio.to_thread(
-            lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live])
+        groups = await _prepare(
+            lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live],
+            sum(len(items[i]) for i in live))
         for i, g, res in zip(live, groups, await self._run(rt, groups)):
             if isinstance(res, BaseException):
                 self._fail(out, i, res)
@@ -188,8 +191,8 @@ class ExtractionService:
     async def _classify(self, rt: Any, spec: ModelSpec, items, ok, out, schema, options, result) -> None:
         specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
         live = self._live(ok, out)
-        groups = await asyncio.to_thread(
-            lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs])
+        groups = await _prepare(lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs],
+                                sum(len(items[i]) for i in live) * len(specs))
         res_all = await self._run(rt, groups)
         n = len(specs)
         for j, i in enumerate(live):
@@ -238,6 +241,11 @@ class ExtractionService:
                 out[i] = value
             else:
                 out[i].structures[name] = value
+
+
+async def _prepare(fn: Callable[[], list[Any]], chars: int) -> list[Any]:
+    """Tokenize on a worker thread, unless the inputs are small."""
+    return fn() if chars <= _INLINE_CHARS else await asyncio.to_thread(fn)
 
 
 def _pick(c: ClassificationSpec, labels: list[str], scores: list[float], threshold: float) -> list[Classification]:
