@@ -35,6 +35,7 @@ KINDS = [ModelKind.EXTRACTOR, ModelKind.CLASSIFIER, ModelKind.GENERATOR]
 MAX_CHARS = 100_000          # one input's text
 MAX_TOTAL_CHARS = 1_000_000  # all inputs of a request
 MAX_STRUCTURE_TOKENS = 4096
+MAX_STRUCTURE_JOBS = 256   # inputs x structures of one request (each is a generation)
 _INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
 
@@ -82,9 +83,10 @@ class ExtractionService:
         caps = part_capabilities(spec)
         for p in parts:
             if p not in caps:
-                what = f"a {spec.kind.value}" + (f" ({', '.join(sorted(spec.capabilities))})" if spec.capabilities else "")
-                hint = " (name a generator in its model_manifest.json 'generator')" if p == "structures" else ""
-                raise CapabilityMissing(f"model '{spec.name}' cannot extract {p}: it is {what}{hint}")
+                can = ", ".join(sorted(caps & {"entities", "relations", "classifications", "structures"})) or "none"
+                hint = "; name a generator in its model_manifest.json 'generator'" if p == "structures" else ""
+                raise CapabilityMissing(f"model '{spec.name}' ({spec.kind.value}) cannot extract {p} "
+                                        f"(it can do: {can}{hint})")
         if schema.relations and not schema.entities:
             raise InvalidInput("relations need schema.entities (the labels of the entities they connect)",
                                "schema.entities")
@@ -104,6 +106,9 @@ class ExtractionService:
                       options: ExtractOptions, per_item: bool = False) -> ExtractResult:
         spec = self.resolve(model, schema)
         generator = self._check_parts(spec, schema)
+        if len(schema.structures) * len(inputs) > MAX_STRUCTURE_JOBS:
+            raise InvalidInput(f"{len(inputs)} inputs x {len(schema.structures)} structures is more than "
+                               f"{MAX_STRUCTURE_JOBS} generations in one request", "schema.structures")
         items: list[Any] = [self._check_input(i, x) for i, x in enumerate(inputs)]
         if sum(len(x) for x in items if isinstance(x, str)) > MAX_TOTAL_CHARS:
             raise PayloadTooLarge(f"the inputs hold more than {MAX_TOTAL_CHARS} characters in all")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ModelLoadFailed
+from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.extraction_types import Entity, ExtractOptions
 from inferd.runtimes.extract.common import Piece, match_labels, sigmoid, softmax
 from inferd.runtimes.onnx.tokenize import Encoded, TextTokenizer, pad
@@ -157,8 +157,6 @@ class SequenceClassifier(_Head):
         param = "schema.classifications"
         if self.zero_shot:
             if not c.labels:
-                from inferd.errors import InvalidInput
-
                 raise InvalidInput(f"classification '{c.name}' needs labels: '{self.name}' is a zero-shot "
                                    "classifier", param)
             return list(c.labels)

@@ -31,13 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ModelLoadFailed
+from inferd.errors import ModelLoadFailed, PayloadTooLarge
 from inferd.extraction_types import Entity, ExtractOptions, Relation, RelationSpec
 from inferd.runtimes.extract.common import Piece, greedy_spans, sigmoid
 
 WORD = re.compile(r"\w+(?:[-_]\w+)*|\S")
 REL_PROMPT = "Extract relationships between entities from the text: "  # gliner.multitask's prompt
 REL_SEP = " \n "
+# Relation labels are entity texts x relation types; past this many, one input would cost
+# hundreds of forward passes.
+MAX_RELATION_LABELS = 512
 
 
 @dataclass
@@ -212,6 +215,9 @@ class GlinerExtractor:
         pairs = self._relation_labels(entities, relations)
         if not pairs:
             return []
+        if len(pairs) > MAX_RELATION_LABELS:
+            raise PayloadTooLarge(f"relations: {len(pairs)} (entity text, relation type) pairs in one input; the "
+                                  f"limit is {MAX_RELATION_LABELS} (ask for fewer entity labels or relation types)")
         prompt = REL_PROMPT + REL_SEP + text
         words = [prompt[s:e] for s, e in split_words(prompt)]
         return self._windows(words, [f"{t} <> {r}" for t, r in pairs])
