@@ -103,10 +103,11 @@ def _timed(fn, items: list[str], batch: int, seconds: float) -> float:
 def gliner_inprocess(threads: int):
     from inferd.extraction_types import ExtractOptions
     from inferd.registry.discovery import make_spec
-    from inferd.registry.spec import ModelKind
-    from inferd.service.extract_loading import load_extractor
+    from inferd.models import ModelKind
+    from inferd.runtimes.extract import load_extractor
+    from inferd.runtimes.options import RuntimeOptions
 
-    rt = load_extractor(make_spec("tiny-gliner", GLINER, "cli", ModelKind.EXTRACTOR), settings=_Threads(threads))
+    rt = load_extractor(make_spec("tiny-gliner", GLINER, "cli", ModelKind.EXTRACTOR), RuntimeOptions(threads=threads))
     opts = ExtractOptions()
 
     def run(chunk: list[str]) -> None:
@@ -130,11 +131,6 @@ def spacy_inprocess():
         for doc in (nlp.pipe(chunk, batch_size=len(chunk)) if len(chunk) > 1 else [nlp(chunk[0])]):
             [(e.label_, e.start_char, e.end_char) for e in doc.ents]
     return run
-
-
-class _Threads:
-    def __init__(self, n: int):
-        self.threads = n
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from inferd.extraction_types import ExtractOptions, RelationSpec
 from inferd.registry.discovery import make_spec
-from inferd.registry.spec import ModelKind
-from inferd.service.extract_loading import load_extractor
+from inferd.models import ModelKind
+from inferd.runtimes.extract import load_extractor
 from tests.extract_fixtures import ONNX, extract_srv, post, reference  # noqa: F401
 
 REF = reference("tiny-gliner")

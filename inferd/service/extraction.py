@@ -2,8 +2,8 @@
 token classifiers, spaCy pipelines), classifications (fixed-label and zero-shot NLI
 classifiers) and structures (a generator filling a JSON Schema under its grammar).
 
-Its dependencies are explicit: the registry (served names, load on demand), admission (one
-slot per request), the settings, and the generation verb (structures run through the
+Its dependencies are explicit: the catalog (served names), the registry (load on demand),
+admission (one slot per request) and the generation verb (structures run through the
 generators' continuous-batching engines like any other generation).
 
 The work of a request runs stage by stage (entities, relations, classifications,
@@ -24,9 +24,10 @@ from inferd.errors import (CapabilityMissing, InferdError, InferenceFailed, Inva
                            PayloadTooLarge)
 from inferd.extraction_types import (Classification, ClassificationSpec, ExtractItem, ExtractOptions,
                                      ExtractSchema)
+from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.admission import Admission
+from inferd.service.core import Catalog
 from inferd.types import ChatOptions, GenerateRequest, Generation, SamplingParams
 
 log = logging.getLogger("inferd.extraction")
@@ -57,22 +58,19 @@ def part_capabilities(spec: ModelSpec) -> set[str]:
 
 
 class ExtractionService:
-    def __init__(self, registry: Registry, admission: Admission, settings: Any, generate: Generate):
-        self.registry, self.admission, self.settings, self._generate = registry, admission, settings, generate
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate):
+        self.catalog, self.registry, self.admission, self._generate = catalog, registry, admission, generate
 
     # ---- model choice ------------------------------------------------------------------------
     def resolve(self, model: str | None, schema: ExtractSchema) -> ModelSpec:
         """The served model of a request. Omitted: the only model of the kind the schema
         needs (an extractor for entities and relations, else a classifier, else a generator)."""
         if model:
-            return self.registry.resolve(model, KINDS)
+            return self.catalog.resolve(model, *KINDS)
         parts = set(schema.parts())
         kind = (ModelKind.EXTRACTOR if parts & {"entities", "relations"} else
                 ModelKind.CLASSIFIER if "classifications" in parts else ModelKind.GENERATOR)
-        found = self.registry.of_kind(kind)
-        if len(found) == 1:
-            return found[0]
-        raise InvalidInput(f"'model' is required ({len(found)} {kind.plural} are served)", "model")
+        return self.catalog.resolve(None, kind)
 
     def _check_parts(self, spec: ModelSpec, schema: ExtractSchema) -> str | None:
         """Every asked-for part must be servable: else a 400 naming it. -> the structures generator."""
@@ -96,7 +94,7 @@ class ExtractionService:
             return spec.name
         gen = str(spec.manifest["generator"])
         try:
-            return self.registry.resolve(gen, [ModelKind.GENERATOR]).name
+            return self.catalog.resolve(gen, ModelKind.GENERATOR).name
         except InferdError as e:
             raise ModelNotSupported(f"model '{spec.name}': its structures generator '{gen}' is not served "
                                     f"({e.message})") from e
@@ -121,13 +119,13 @@ class ExtractionService:
         ok = [i for i, x in enumerate(items) if isinstance(x, str)]
         async with self.admission.slot():
             if spec.kind is not ModelKind.GENERATOR and set(schema.parts()) - {"structures"}:
-                async with self.registry.use(spec.name, [spec.kind]) as rt:
+                async with self.registry.use(spec.name, [spec.kind]) as handle:
                     if schema.entities:
-                        await self._entities(rt, spec, items, ok, out, schema, options, result)
+                        await self._entities(handle, items, ok, out, schema, options, result)
                     if schema.relations:
-                        await self._relations(rt, items, ok, out, schema, options, result)
+                        await self._relations(handle, items, ok, out, schema, options, result)
                     if schema.classifications:
-                        await self._classify(rt, spec, items, ok, out, schema, options, result)
+                        await self._classify(handle, items, ok, out, schema, options, result)
             if generator is not None:
                 await self._structures(generator, items, ok, out, schema, result)
         if not per_item:
@@ -155,11 +153,11 @@ class ExtractionService:
     def _fail(out: list[Any], i: int, err: BaseException) -> None:
         out[i] = err if isinstance(err, InferdError) else InferenceFailed(f"inference failed: {err}")
 
-    async def _run(self, rt: Any, groups: list[list[Any]]) -> list[list[Any] | BaseException]:
+    async def _run(self, handle: Any, groups: list[list[Any]]) -> list[list[Any] | BaseException]:
         """Run every group's pieces through the model's batcher in ONE submission; a group
         whose piece failed gets that piece's exception."""
         flat = [p for g in groups for p in g]
-        res = await rt.batcher.submit_each(flat, [p.cost for p in flat])
+        res = await handle.batcher.submit_each(flat, [p.cost for p in flat])
         out: list[list[Any] | BaseException] = []
         k = 0
         for g in groups:
@@ -169,36 +167,39 @@ class ExtractionService:
             out.append(err if err is not None else part)
         return out
 
-    async def _entities(self, rt: Any, spec: ModelSpec, items, ok, out, schema, options, result) -> None:
+    async def _entities(self, handle: Any, items, ok, out, schema, options, result) -> None:
+        rt = handle.encoder
         labels = rt.match_labels(schema.entities)  # a label a fixed-label model lacks: 400, named
         live = self._live(ok, out)
         groups = await _prepare(lambda: [rt.prepare_entities(items[i], labels, options) for i in live],
                                 sum(len(items[i]) for i in live))
-        for i, g, res in zip(live, groups, await self._run(rt, groups)):
+        for i, g, res in zip(live, groups, await self._run(handle, groups)):
             if isinstance(res, BaseException):
                 self._fail(out, i, res)
                 continue
             result.prompt_tokens += sum(p.tokens for p in g)
             out[i].entities = rt.entities(items[i], labels, options, g, res)
 
-    async def _relations(self, rt: Any, items, ok, out, schema, options, result) -> None:
+    async def _relations(self, handle: Any, items, ok, out, schema, options, result) -> None:
+        rt = handle.encoder
         live = self._live(ok, out)
         groups = await _prepare(
             lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live],
             sum(len(items[i]) for i in live))
-        for i, g, res in zip(live, groups, await self._run(rt, groups)):
+        for i, g, res in zip(live, groups, await self._run(handle, groups)):
             if isinstance(res, BaseException):
                 self._fail(out, i, res)
                 continue
             result.prompt_tokens += sum(p.tokens for p in g)
             out[i].relations = rt.relations(items[i], out[i].entities, schema.relations, options, g, res)
 
-    async def _classify(self, rt: Any, spec: ModelSpec, items, ok, out, schema, options, result) -> None:
+    async def _classify(self, handle: Any, items, ok, out, schema, options, result) -> None:
+        rt = handle.encoder
         specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
         live = self._live(ok, out)
         groups = await _prepare(lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs],
                                 sum(len(items[i]) for i in live) * len(specs))
-        res_all = await self._run(rt, groups)
+        res_all = await self._run(handle, groups)
         n = len(specs)
         for j, i in enumerate(live):
             found: list[Classification] = []

@@ -53,15 +53,13 @@ class _Head:
         self.id2label = _id2label(config)
         outs = session.outputs
         self.output = str(manifest.get("output") or ("logits" if "logits" in outs else next(iter(outs))))
-        self.batcher: Any = None
+        self.max_batch_tokens: int | None = None  # the server's budget applies
 
     def _forward(self, encs: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
         ids, mask, types = pad(encs, self.tokenizer.pad_id)
         return self.session.run(ids, mask, types, [self.output])[self.output], mask
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.session = None
 
 

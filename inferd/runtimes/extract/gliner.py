@@ -95,7 +95,7 @@ class GlinerExtractor:
             if self.tok.token_to_id(t) is None:
                 raise ModelLoadFailed(f"the tokenizer lacks GLiNER's {t} token")
         self.pad_id = next((i for t in ("[PAD]", "<pad>") if (i := self.tok.token_to_id(t)) is not None), 0)
-        self.batcher: Any = None
+        self.max_batch_tokens: int | None = None  # the server's budget applies
         caps = {"entities", "zero_shot"}
         if "relations" in (manifest.get("capabilities") or []):
             caps.add("relations")
@@ -249,6 +249,4 @@ class GlinerExtractor:
         return found
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.session = None

@@ -32,7 +32,7 @@ class SpacyExtractor:
             raise ModelLoadFailed(f"the spaCy pipeline at {folder} has no 'ner' component")
         self.name = name
         self.labels = list(self.nlp.get_pipe("ner").labels)
-        self.batcher: Any = None
+        self.max_batch_tokens: int | None = None  # the server's budget applies
 
     def match_labels(self, labels: Sequence[str]) -> list[str]:
         return match_labels(labels, self.labels, "entity", self.name, "schema.entities")
@@ -55,6 +55,4 @@ class SpacyExtractor:
         return [Entity(lab, text[a:b], a, b, 1.0) for lab, a, b in outs[0] if lab in want]
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.nlp = None
