@@ -18,16 +18,17 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from inferd.errors import (CapabilityMissing, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
                            PayloadTooLarge)
-from inferd.extraction_types import (Classification, ClassificationSpec, ExtractItem, ExtractOptions,
-                                     ExtractSchema)
+from inferd.extraction_types import (Classification, ClassificationSpec, Entity, ExtractItem, ExtractOptions,
+                                     ExtractSchema, Relation, RelationSpec)
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.service.core import Catalog
+from inferd.service.handles import EncoderHandle, EncoderRuntime
 from inferd.types import ChatOptions, GenerateRequest, Generation, SamplingParams
 
 log = logging.getLogger("inferd.extraction")
@@ -39,6 +40,30 @@ MAX_STRUCTURE_TOKENS = 4096
 MAX_STRUCTURE_JOBS = 256   # inputs x structures of one request (each is a generation)
 _INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
+
+
+class Piece(Protocol):
+    cost: int     # padded tokens, for the batcher
+    tokens: int   # counted in usage
+
+
+class EntityRuntime(EncoderRuntime, Protocol):
+    """An extractor (runtimes/extract, runtimes/spacy): pieces in, one batched pass, decoded here."""
+
+    def match_labels(self, labels: Sequence[str]) -> list[str]: ...
+    def prepare_entities(self, text: str, labels: list[str], options: ExtractOptions) -> list[Any]: ...
+    def entities(self, text: str, labels: list[str], options: ExtractOptions, pieces: Sequence[Any],
+                 outs: Sequence[Any]) -> list[Entity]: ...
+    def prepare_relations(self, text: str, entities: list[Entity], relations: Sequence[RelationSpec],
+                          options: ExtractOptions) -> list[Any]: ...
+    def relations(self, text: str, entities: list[Entity], relations: Sequence[RelationSpec],
+                  options: ExtractOptions, pieces: Sequence[Any], outs: Sequence[Any]) -> list[Relation]: ...
+
+
+class ClassifierRuntime(EncoderRuntime, Protocol):
+    def match_classes(self, c: ClassificationSpec) -> list[str]: ...
+    def prepare_classify(self, text: str, labels: list[str]) -> list[Any]: ...
+    def scores(self, labels: list[str], multi_label: bool, outs: Sequence[Any]) -> list[float]: ...
 
 
 @dataclass
@@ -153,7 +178,7 @@ class ExtractionService:
     def _fail(out: list[Any], i: int, err: BaseException) -> None:
         out[i] = err if isinstance(err, InferdError) else InferenceFailed(f"inference failed: {err}")
 
-    async def _run(self, handle: Any, groups: list[list[Any]]) -> list[list[Any] | BaseException]:
+    async def _run(self, handle: EncoderHandle[Any], groups: list[list[Any]]) -> list[list[Any] | BaseException]:
         """Run every group's pieces through the model's batcher in ONE submission; a group
         whose piece failed gets that piece's exception."""
         flat = [p for g in groups for p in g]
@@ -167,7 +192,8 @@ class ExtractionService:
             out.append(err if err is not None else part)
         return out
 
-    async def _entities(self, handle: Any, items, ok, out, schema, options, result) -> None:
+    async def _entities(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
+                        result) -> None:
         rt = handle.encoder
         labels = rt.match_labels(schema.entities)  # a label a fixed-label model lacks: 400, named
         live = self._live(ok, out)
@@ -180,7 +206,8 @@ class ExtractionService:
             result.prompt_tokens += sum(p.tokens for p in g)
             out[i].entities = rt.entities(items[i], labels, options, g, res)
 
-    async def _relations(self, handle: Any, items, ok, out, schema, options, result) -> None:
+    async def _relations(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
+                         result) -> None:
         rt = handle.encoder
         live = self._live(ok, out)
         groups = await _prepare(
@@ -193,7 +220,8 @@ class ExtractionService:
             result.prompt_tokens += sum(p.tokens for p in g)
             out[i].relations = rt.relations(items[i], out[i].entities, schema.relations, options, g, res)
 
-    async def _classify(self, handle: Any, items, ok, out, schema, options, result) -> None:
+    async def _classify(self, handle: EncoderHandle[ClassifierRuntime], items, ok, out, schema, options,
+                        result) -> None:
         rt = handle.encoder
         specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
         live = self._live(ok, out)

@@ -146,8 +146,8 @@ class SequenceClassifier(_Head):
         self.zero_shot = self.entail is not None and not self.manifest.get("fixed_labels")
         if self.zero_shot:
             self.capabilities = frozenset({"classifications", "zero_shot"})
-            self.contra = next((i for lab, i in label2id.items() if lab.lower().startswith("contra")),
-                               -1 if self.entail == 0 else 0)
+            self.contra: int = next((i for lab, i in label2id.items() if lab.lower().startswith("contra")),
+                                    -1 if self.entail == 0 else 0)
         self.template = str(self.manifest.get("hypothesis_template", "This example is {}."))
         self.labels = [self.id2label[i] for i in sorted(self.id2label)]
 
@@ -175,8 +175,8 @@ class SequenceClassifier(_Head):
         if self.zero_shot:
             rows = np.stack(outs)
             if multi_label or len(labels) == 1:
-                return softmax(rows[:, [self.contra, self.entail]])[:, 1].tolist()
-            return softmax(rows[:, self.entail]).tolist()
+                return softmax(rows[:, [self.contra, int(self.entail)]])[:, 1].tolist()
+            return softmax(rows[:, int(self.entail)]).tolist()
         row = outs[0]
         probs = sigmoid(row) if multi_label else softmax(row)
         index = {v: k for k, v in self.id2label.items()}

@@ -26,7 +26,8 @@ def match_labels(requested: Sequence[str], model_labels: Sequence[str], what: st
     """The model's spelling of each requested label, matched case-insensitively. A label the
     model lacks is a 400 that names it and lists what the model has (never silently dropped)."""
     by_lower = {m.lower(): m for m in model_labels}
-    out, missing = [], []
+    out: list[str] = []
+    missing: list[str] = []
     for r in requested:
         m = by_lower.get(r.lower())
         (out if m is not None else missing).append(m if m is not None else r)

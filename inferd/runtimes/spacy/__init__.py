@@ -25,13 +25,13 @@ class SpacyExtractor:
         except ImportError as e:
             raise ModelLoadFailed("spaCy is not installed (pip install 'inferd[models]')") from e
         try:
-            self.nlp = spacy.load(folder)
+            self.nlp: Any = spacy.load(folder)
         except Exception as e:  # spaCy raises its own types for bad or incompatible pipelines
             raise ModelLoadFailed(f"spaCy could not load {folder}: {e}") from e
         if "ner" not in self.nlp.pipe_names:
             raise ModelLoadFailed(f"the spaCy pipeline at {folder} has no 'ner' component")
         self.name = name
-        self.labels = list(self.nlp.get_pipe("ner").labels)
+        self.labels = list(getattr(self.nlp.get_pipe("ner"), "labels", ()))
         self.max_batch_tokens: int | None = None  # the server's budget applies
 
     def match_labels(self, labels: Sequence[str]) -> list[str]:
