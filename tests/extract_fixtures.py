@@ -32,6 +32,9 @@ def models_dir(root: Path) -> Path:
     _link_dir(ONNX / "tiny-gliner", root / "extractors" / "tiny-gliner",
               {"type": "extractor", "capabilities": ["relations"], "generator": "tiny"})
     _link_dir(ONNX / "tiny-bert-ner", root / "extractors" / "tiny-ner")
+    # A manifest that claims more than the runtime can do (relations on a fixed-label NER model).
+    _link_dir(ONNX / "tiny-bert-ner", root / "extractors" / "tiny-ner-boastful",
+              {"type": "extractor", "capabilities": ["relations"]})
     _link_dir(ONNX / "tiny-bert-topic", root / "classifiers" / "tiny-topic")
     _link_dir(ONNX / "tiny-bert-nli", root / "classifiers" / "tiny-nli")
     g = root / "generators" / "tiny"

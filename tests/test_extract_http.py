@@ -48,6 +48,13 @@ def test_errors(extract_srv, patch, status, code, needle):
     assert needle in res.json()["message"]
 
 
+def test_runtime_has_the_last_word_on_capabilities(extract_srv):
+    res = post(extract_srv, {"model": "tiny-ner-boastful", "inputs": [{"content": "a b"}],
+                             "schema": {"entities": ["PER"], "relations": [{"type": "knows"}]}})
+    assert res.status_code == 400, res.text
+    assert res.json()["error"] == "MODEL_NOT_SUPPORTED" and "relations" in res.json()["message"]
+
+
 def test_missing_schema(extract_srv):
     res = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": "x"}]})
     assert res.status_code == 400 and "'schema' is required" in res.json()["message"]
