@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from inferd.chat.grammar import request_grammar
 from inferd.errors import (CapabilityMissing, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
                            PayloadTooLarge)
 from inferd.extraction_types import (Classification, ClassificationSpec, Entity, ExtractItem, ExtractOptions,
@@ -247,19 +248,25 @@ class ExtractionService:
                 out[i].classifications = found
 
     async def _structures(self, generator: str, items, ok, out, schema, result) -> None:
+        # Each structure's grammar is compiled once, before any generation: a schema the grammar
+        # cannot enforce is the request's 400, and the inputs share the compiled grammar.
+        grammars: dict[str, str] = {}
+        for name, js in schema.structures.items():
+            rf = {"type": "json_schema", "json_schema": {"name": name, "schema": js, "strict": True}}
+            try:
+                grammars[name] = str(request_grammar(response_format=rf))
+            except InvalidInput as e:
+                raise InvalidInput(f"schema.structures.{name}: {e.message}", f"schema.structures.{name}") from e
+
         async def one(i: int, name: str, js: dict[str, Any]) -> tuple[int, str, Any]:
             prompt = _structure_prompt(items[i], name, js)
             req = GenerateRequest(
                 model=generator, messages=[{"role": "user", "content": prompt}], template_fallback=True,
                 max_tokens=min(MAX_STRUCTURE_TOKENS, json_budget(js)), clamp_to_context=True,
-                sampling=SamplingParams(temperature=0.0),
-                chat=ChatOptions(response_format={"type": "json_schema",
-                                                  "json_schema": {"name": name, "schema": js, "strict": True}}))
+                sampling=SamplingParams(temperature=0.0), chat=ChatOptions(grammar=grammars[name]))
             try:
                 g = await self._generate(req, admit=False)
             except InferdError as e:
-                if isinstance(e, InvalidInput) and e.param == "response_format":
-                    raise  # a structure the grammar cannot enforce: the request's 400
                 return i, name, e
             result.prompt_tokens += g.usage.prompt_tokens
             result.completion_tokens += g.usage.completion_tokens
