@@ -3,8 +3,9 @@ with 1 and 8 clients (one input per request). Not a test; numbers depend on the 
 
 Models: the tiny GLiNER fixture (tests/fixtures/onnx/tiny-gliner, ONNX; its in-process peer is
 inferd's own GLiNER runtime called directly: tokenize, one onnxruntime pass, decode) and the
-built-in spaCy en_core_web_sm (its peer is spaCy itself: `nlp(text)`, and `nlp.pipe` in batches
-of 8 for the 8-client row, which is what the server's batcher can group at best).
+built-in spaCy en_core_web_sm (its peer is spaCy itself with the same components, NER only:
+`nlp(text)`, and `nlp.pipe` in batches of 8 for the 8-client row, which is what the server's
+batcher can group at best).
 
 usage: python bench/extract.py [--threads N] [--seconds S] [--repeat R]
 """
@@ -125,7 +126,8 @@ def spacy_inprocess():
 
     from inferd.registry.builtins import spacy_sm_extractor
 
-    nlp = spacy.load(spacy_sm_extractor().path)
+    # The same components inferd runs: NER only (en_core_web_sm's NER has its own tok2vec).
+    nlp = spacy.load(spacy_sm_extractor().path, enable=["ner"])
 
     def run(chunk: list[str]) -> None:
         for doc in (nlp.pipe(chunk, batch_size=len(chunk)) if len(chunk) > 1 else [nlp(chunk[0])]):
