@@ -7,6 +7,11 @@ built-in spaCy en_core_web_sm (its peer is spaCy itself with the same components
 `nlp(text)`, and `nlp.pipe` in batches of 8 for the 8-client row, which is what the server's
 batcher can group at best).
 
+Besides inputs/s (wall clock, which on a shared machine swings with its load), it prints CPU
+milliseconds per input: the server process's CPU time (all its threads, from /proc) per input
+over HTTP, and this process's CPU time per input in-process. That figure hardly depends on
+what else the machine runs.
+
 usage: python bench/extract.py [--threads N] [--seconds S] [--repeat R]
 """
 
@@ -69,7 +74,14 @@ class Server:
         self.proc.wait(20)
 
 
-async def _http(url: str, model: str, schema: dict, items: list[str], clients: int, seconds: float) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _http(url: str, model: str, schema: dict, items: list[str], clients: int, seconds: float,
+                pid: int) -> tuple[float, float]:
     done = 0
     stop = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -84,21 +96,21 @@ async def _http(url: str, model: str, schema: dict, items: list[str], clients: i
                 done += 1
                 i += clients
         await client(0)  # warm up (loads the model) before the clock starts
-        done, t0 = 0, time.perf_counter()
+        done, t0, c0 = 0, time.perf_counter(), _cpu_seconds(pid)
         stop = t0 + seconds
         await asyncio.gather(*(client(k) for k in range(clients)))
-        return done / (time.perf_counter() - t0)
+        return done / (time.perf_counter() - t0), (_cpu_seconds(pid) - c0) * 1000 / max(1, done)
 
 
-def _timed(fn, items: list[str], batch: int, seconds: float) -> float:
+def _timed(fn, items: list[str], batch: int, seconds: float) -> tuple[float, float]:
     fn(items[:batch])
-    done, i, t0 = 0, 0, time.perf_counter()
+    done, i, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         chunk = [items[(i + j) % len(items)] for j in range(batch)]
         fn(chunk)
         done += batch
         i += batch
-    return done / (time.perf_counter() - t0)
+    return done / (time.perf_counter() - t0), (time.process_time() - c0) * 1000 / done
 
 
 def gliner_inprocess(threads: int):
@@ -162,13 +174,16 @@ def main() -> None:
                  spacy_inprocess())):
             for clients in (1, 8):
                 h = p = 0.0
+                hc = pc = float("inf")
                 for _ in range(a.repeat):  # alternating, so both sides see the same background load
-                    h = max(h, asyncio.run(_http(srv.url, model, schema, items, clients, a.seconds)))
-                    p = max(p, _timed(peer, items, clients, a.seconds))
+                    rate, cpu = asyncio.run(_http(srv.url, model, schema, items, clients, a.seconds, srv.proc.pid))
+                    h, hc = max(h, rate), min(hc, cpu)
+                    rate, cpu = _timed(peer, items, clients, a.seconds)
+                    p, pc = max(p, rate), min(pc, cpu)
                 rows.append((name, clients, h, p))
-                print(f"{name:24s} {clients} client(s): HTTP {h:8.1f} inputs/s   in-process "
-                      f"{'batch ' + str(clients) if clients > 1 else 'one at a time'} {p:8.1f} inputs/s   "
-                      f"ratio {h / p:.2f}x", flush=True)
+                print(f"{name:22s} {clients} client(s): HTTP {h:7.1f} inputs/s ({hc:5.2f} CPU ms/input)   in-process "
+                      f"{'batch ' + str(clients) if clients > 1 else 'one at a time'} {p:7.1f} inputs/s "
+                      f"({pc:5.2f} CPU ms/input)   ratio {h / p:.2f}x, CPU {pc / hc:.2f}x", flush=True)
     finally:
         srv.close()
         shutil.rmtree(d)
