@@ -64,3 +64,24 @@ def test_structure_schema_the_grammar_cannot_enforce_is_400(extract_srv):
 def test_field_types(word, expected):
     s = field_schema(word)
     assert s == expected if isinstance(expected, dict) else s["type"] == expected
+
+
+def test_a_client_that_leaves_stops_its_generations(extract_srv):
+    """Structures run as generations; when the client hangs up they are cancelled, and the
+    generator's slots are free again, instead of writing records for nobody."""
+    import httpx
+
+    from tests.test_gen_http import runtime, slow_decode, wait_for
+
+    assert post(extract_srv, {"model": "tiny", "inputs": [{"content": "x"}],
+                              "schema": {"structures": {"s": {"fields": {"n": "int"}}}}}).status_code == 200
+    handle = runtime(extract_srv)
+    undo = slow_decode(handle, 0.02)
+    try:
+        body = {"model": "tiny", "inputs": [{"content": t} for t in TEXTS],
+                "schema": {"structures": {"record": {"fields": FIELDS}}}}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(extract_srv.url + "/ai/v1/extract", json=body, timeout=0.5)
+        wait_for(lambda: handle.engine.active == 0 and handle.engine.queued == 0, timeout=5)
+    finally:
+        undo()
