@@ -132,3 +132,15 @@ def test_relation_source_label_filter(extract_srv):
             "options": {"threshold": 0.5}}
     d = post(extract_srv, body).json()["data"][0]
     assert d["relations"] == []  # the source of 'answers' here is an animal, not weather
+
+
+def test_many_labels_split_into_prompt_groups(rt):
+    """64 labels do not fit the fixture's 128-token window in one prompt: they run as groups,
+    and every label can still be found (a label's spans come from its own group's passes)."""
+    labels = [f"label {i}" for i in range(60)] + REF["labels"]
+    groups = rt._label_groups(labels)
+    assert len(groups) > 1 and [x for _, g in groups for x in g] == labels
+    opts = ExtractOptions(threshold=0.5)
+    got = run(rt, REF["texts"][0], labels, opts)
+    assert got and {e.label for e in got} <= set(labels)
+    assert all(REF["texts"][0][e.start:e.end] == e.text for e in got)

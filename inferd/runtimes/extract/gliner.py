@@ -81,7 +81,6 @@ class GlinerExtractor:
             raise ModelLoadFailed(f"subtoken pooling {cfg['subtoken_pooling']!r} is not supported (first only)")
         self.max_width = int(cfg.get("max_width", 12))
         self.max_words = int(manifest.get("max_words") or cfg.get("max_len", 384))
-        self.max_types = int(manifest.get("max_types") or cfg.get("max_types", 25))
         enc_cfg = cfg.get("encoder_config") or {}
         self.max_tokens = int(manifest.get("max_length") or min(int(enc_cfg.get("max_position_embeddings", 512)), 512))
         tok = folder / str(manifest.get("tokenizer", "tokenizer.json"))
@@ -112,8 +111,7 @@ class GlinerExtractor:
             return pieces
         n_specials = self.tok.num_special_tokens_to_add(False)
         word_tokens = [len(e.ids) for e in self.tok.encode_batch(words, add_special_tokens=False)]
-        for g in range(0, len(labels), self.max_types):
-            group = labels[g:g + self.max_types]
+        for g, group in self._label_groups(labels):
             prompt = [x for lab in group for x in (self.ent, lab)] + [self.sep]
             prompt_tokens = len(self.tok.encode(prompt, is_pretokenized=True, add_special_tokens=False).ids)
             budget = max(1, self.max_tokens - prompt_tokens - n_specials)
@@ -132,6 +130,22 @@ class GlinerExtractor:
                 overlap = min(max(self.max_width, (end - start) // 4), end - start - 1)
                 start = max(start + 1, end - overlap)
         return pieces
+
+    def _label_groups(self, labels: list[str]) -> list[tuple[int, list[str]]]:
+        """All labels in one prompt, as gliner does, unless the prompt would leave less than a
+        quarter of the encoder's window for the text: then consecutive groups, each with its
+        own passes."""
+        sizes = [len(e.ids) for e in self.tok.encode_batch([[self.ent, lab] for lab in labels], is_pretokenized=True,
+                                                            add_special_tokens=False)]
+        groups: list[tuple[int, list[str]]] = []
+        start, used = 0, 1  # 1: the <<SEP>> token
+        for i, n in enumerate(sizes):
+            if i > start and used + n > self.max_tokens - self.max_tokens // 4:
+                groups.append((start, labels[start:i]))
+                start, used = i, 1
+            used += n
+        groups.append((start, labels[start:]))
+        return groups
 
     def _piece(self, prompt: list[str], words: list[str], a: int, b: int, n_labels: int, g: int) -> Piece:
         enc = self.tok.encode(prompt + words[a:b], is_pretokenized=True)
