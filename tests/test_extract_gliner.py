@@ -138,9 +138,26 @@ def test_many_labels_split_into_prompt_groups(rt):
     """64 labels do not fit the fixture's 128-token window in one prompt: they run as groups,
     and every label can still be found (a label's spans come from its own group's passes)."""
     labels = [f"label {i}" for i in range(60)] + REF["labels"]
-    groups = rt._label_groups(labels)
+    groups = rt._label_groups(labels, reserve=34)
     assert len(groups) > 1 and [x for _, g in groups for x in g] == labels
     opts = ExtractOptions(threshold=0.5)
     got = run(rt, REF["texts"][0], labels, opts)
     assert got and {e.label for e in got} <= set(labels)
     assert all(REF["texts"][0][e.start:e.end] == e.text for e in got)
+
+
+def test_long_text_relations_read_the_prompt_in_every_window(rt):
+    from inferd.runtimes.extract.gliner import REL_PROMPT, REL_SEP, split_words
+
+    text = " ".join(REF["texts"] * 5)
+    opts = ExtractOptions(threshold=0.5)
+    ents = run(rt, text, REF["labels"], opts)
+    rels = [RelationSpec(x) for x in REF["relations"]["relations"]]
+    pieces = rt.prepare_relations(text, ents, rels, opts)
+    lead = len(split_words(REL_PROMPT + REL_SEP))
+    assert len(pieces) > 1
+    assert all(list(p.data.word_map[:lead]) == list(range(lead)) for p in pieces)
+    assert any(p.data.word_map[lead] > lead for p in pieces)  # later windows start further into the text
+    got = rt.relations(text, ents, rels, opts, pieces, rt.run_batch(pieces))
+    assert got and all(0 <= r.source < len(ents) and 0 <= r.target < len(ents) and r.source != r.target for r in got)
+    assert max(ents[r.target].start for r in got) > len(text) // 2  # found beyond the first window

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ModelLoadFailed, PayloadTooLarge
+from inferd.errors import InvalidInput, ModelLoadFailed, PayloadTooLarge
 from inferd.extraction_types import Entity, ExtractOptions, Relation, RelationSpec
 from inferd.runtimes.extract.common import Piece, greedy_spans, sigmoid
 
@@ -48,7 +48,7 @@ class _Window:
     ids: np.ndarray           # token ids of prompt + window words, specials included
     words_mask: np.ndarray
     n_words: int
-    first_word: int           # the window's first word, as an index into the text's words
+    word_map: np.ndarray      # the window's words, as indexes into the whole text's words
     n_labels: int
     label_offset: int         # this group's first label, as an index into all labels
 
@@ -104,25 +104,29 @@ class GlinerExtractor:
     def match_labels(self, labels: Sequence[str]) -> list[str]:
         return list(labels)  # zero-shot: any label
 
-    def _windows(self, words: list[str], labels: list[str]) -> list[Piece]:
-        """Pieces for all label groups x word windows of one text."""
+    def _windows(self, words: list[str], labels: list[str], lead: int = 0) -> list[Piece]:
+        """Pieces for all label groups x word windows of one text. The first `lead` words (the
+        relation prompt) begin every window, so each window reads the instruction."""
         pieces: list[Piece] = []
-        if not words:
+        if len(words) <= lead:
             return pieces
         n_specials = self.tok.num_special_tokens_to_add(False)
         word_tokens = [len(e.ids) for e in self.tok.encode_batch(words, add_special_tokens=False)]
-        for g, group in self._label_groups(labels):
+        lead_tokens = sum(word_tokens[:lead])
+        # Room the text keeps beside the labels: all of it when short, else a quarter window.
+        text_room = min(sum(word_tokens[lead:]), self.max_tokens // 4)
+        for g, group in self._label_groups(labels, reserve=n_specials + lead_tokens + text_room):
             prompt = [x for lab in group for x in (self.ent, lab)] + [self.sep]
             prompt_tokens = len(self.tok.encode(prompt, is_pretokenized=True, add_special_tokens=False).ids)
-            budget = max(1, self.max_tokens - prompt_tokens - n_specials)
-            start = 0
+            budget = max(1, self.max_tokens - prompt_tokens - n_specials - lead_tokens)
+            room = max(1, self.max_words - lead)
+            start = lead
             while True:
                 end, used = start, 0
-                while end < len(words) and end - start < self.max_words and (used + word_tokens[end] <= budget
-                                                                               or end == start):
+                while end < len(words) and end - start < room and (used + word_tokens[end] <= budget or end == start):
                     used += word_tokens[end]
                     end += 1
-                pieces.append(self._piece(prompt, words, start, end, len(group), g))
+                pieces.append(self._piece(prompt, words, lead, start, end, len(group), g))
                 if end >= len(words):
                     break
                 # Overlap by a quarter window (at least max_width words): an entity cut by one
@@ -131,24 +135,25 @@ class GlinerExtractor:
                 start = max(start + 1, end - overlap)
         return pieces
 
-    def _label_groups(self, labels: list[str]) -> list[tuple[int, list[str]]]:
-        """All labels in one prompt, as gliner does, unless the prompt would leave less than a
-        quarter of the encoder's window for the text: then consecutive groups, each with its
-        own passes."""
+    def _label_groups(self, labels: list[str], reserve: int = 0) -> list[tuple[int, list[str]]]:
+        """All labels in one prompt, as gliner does, unless the prompt and `reserve` tokens
+        (specials, a lead-in, room for text) overflow the encoder's window: then consecutive
+        groups, each with its own passes."""
         sizes = [len(e.ids) for e in self.tok.encode_batch([[self.ent, lab] for lab in labels], is_pretokenized=True,
                                                             add_special_tokens=False)]
         groups: list[tuple[int, list[str]]] = []
         start, used = 0, 1  # 1: the <<SEP>> token
         for i, n in enumerate(sizes):
-            if i > start and used + n > self.max_tokens - self.max_tokens // 4:
+            if i > start and used + n > self.max_tokens - reserve:
                 groups.append((start, labels[start:i]))
                 start, used = i, 1
             used += n
         groups.append((start, labels[start:]))
         return groups
 
-    def _piece(self, prompt: list[str], words: list[str], a: int, b: int, n_labels: int, g: int) -> Piece:
-        enc = self.tok.encode(prompt + words[a:b], is_pretokenized=True)
+    def _piece(self, prompt: list[str], words: list[str], lead: int, a: int, b: int, n_labels: int,
+               g: int) -> Piece:
+        enc = self.tok.encode(prompt + words[:lead] + words[a:b], is_pretokenized=True)
         mask, prev, seen = [], None, 0
         for wid in enc.word_ids:
             if wid is None:
@@ -158,8 +163,13 @@ class GlinerExtractor:
                 seen += first
                 mask.append(seen - len(prompt) if first and seen > len(prompt) else 0)
             prev = wid
+        if len(enc.ids) > self.max_tokens:
+            raise InvalidInput(f"a label prompt does not fit model '{self.name}''s window of {self.max_tokens} "
+                               "tokens with any text: use shorter labels (or fewer entity texts for relations)",
+                               "schema")
         ids = np.asarray(enc.ids, dtype=np.int64)
-        w = _Window(ids, np.asarray(mask, dtype=np.int64), b - a, a, n_labels, g)
+        word_map = np.concatenate([np.arange(lead), np.arange(a, b)]).astype(np.int64)
+        w = _Window(ids, np.asarray(mask, dtype=np.int64), len(word_map), word_map, n_labels, g)
         return Piece(w, cost=len(ids), tokens=len(ids))
 
     def prepare_entities(self, text: str, labels: list[str], options: ExtractOptions) -> list[Piece]:
@@ -199,7 +209,10 @@ class GlinerExtractor:
             for s, k, c in zip(*np.nonzero(probs > threshold)):
                 if s + k + 1 > w.n_words:
                     continue
-                key = (w.first_word + int(s), w.first_word + int(s + k), w.label_offset + int(c))
+                a, b = int(w.word_map[s]), int(w.word_map[s + k])
+                if b - a != k:
+                    continue  # a span across the lead-in's end in a later window: not a span of the text
+                key = (a, b, w.label_offset + int(c))
                 if allowed is not None and key[:2] not in allowed:
                     continue
                 score = float(probs[s, k, c])
@@ -234,7 +247,7 @@ class GlinerExtractor:
                                   f"limit is {MAX_RELATION_LABELS} (ask for fewer entity labels or relation types)")
         prompt = REL_PROMPT + REL_SEP + text
         words = [prompt[s:e] for s, e in split_words(prompt)]
-        return self._windows(words, [f"{t} <> {r}" for t, r in pairs])
+        return self._windows(words, [f"{t} <> {r}" for t, r in pairs], lead=len(split_words(REL_PROMPT + REL_SEP)))
 
     def relations(self, text: str, entities: list[Entity], relations: Sequence[RelationSpec],
                   options: ExtractOptions, pieces: Sequence[Piece], outs: Sequence[np.ndarray]) -> list[Relation]:
