@@ -3,15 +3,22 @@ measured in one run (not a test; numbers depend on the machine and its load):
 
 1. single stream, 128-token prompt, greedy: inferd over HTTP (streaming) vs llama-cpp-python's
    high-level `Llama` in-process, same file, same threads (target >= 0.95x);
-2. 1, 4 and 8 concurrent streams (distinct 128-token prompts, 128 new tokens each): aggregate
-   tokens/s and p50/p95 time to first token, inferd (--parallel 8) vs `python -m llama_cpp.server`
-   on the same file (target at 8: >= 2.0x its throughput, TTFT p95 under 3 s);
-3. the raw ceiling: the same 8 prompts through a bare low-level loop (ONE llama_decode per step
+2. 1, 4, 8 and 16 concurrent streams (distinct 128-token prompts, 128 new tokens each): aggregate
+   tokens/s, time to first token and inter-token latency p50/p95, inferd vs llama.cpp's C++
+   `llama-server` built from the llama.cpp tree vendored by the llama-cpp-python sdist we run
+   (same llama.cpp commit: the difference is the serving layer), both with 16 slots of 512
+   tokens, the same threads, no prompt-cache hits (every prompt is new; llama-server also gets
+   cache_prompt: false); target >= 1.0x at every count;
+3. n-gram speculation (`draft_model: "ngram"`), single stream, on a rewrite-the-passage prompt
+   (/ai/v1/generate, greedy): tokens/s with and without it, the same text (target >= 1.5x);
+4. the raw ceiling: the same 8 prompts through a bare low-level loop (ONE llama_decode per step
    for all sequences, numpy argmax), so the table shows how close the server gets to it.
 
-The peer server needs llama-cpp-python's server extras: pip install -e '.[bench]'.
+llama-server: `--build-peer` builds it once (~15 min on 2 cores) under ~/.cache/inferd-bench from
+`pip download --no-binary :all: --no-deps llama-cpp-python==<installed version>`
+(cmake -DLLAMA_CURL=OFF -DGGML_NATIVE=ON, target llama-server); or pass --peer-bin PATH.
 
-usage: python bench/generation.py [--threads N] [--new-tokens 128] [--no-peer]
+usage: python bench/generation.py [--threads N] [--new-tokens 128] [--no-peer] [--build-peer]
 """
 
 from __future__ import annotations
@@ -172,12 +179,15 @@ class Server:
         self.log.close()
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int) -> tuple[float, int, float]:
-    """(time to first token, tokens, end time) of one streamed completion."""
+async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int,
+                     gaps: list[float] | None = None) -> tuple[float, int, float]:
+    """(time to first token, tokens, end time) of one streamed completion; the gaps between
+    its token chunks go to `gaps` (inter-token latency)."""
     t0 = time.perf_counter()
-    ttft, n = None, 0
+    ttft, n, last = None, 0, 0.0
     body = {"model": MODEL, "prompt": prompt, "max_tokens": new, "temperature": 0, "stream": True,
-            "logit_bias": EOG, "stream_options": {"include_usage": True}}
+            "logit_bias": EOG, "stream_options": {"include_usage": True},
+            "cache_prompt": False}  # llama-server's prompt cache off (inferd: every prompt is new anyway)
     usage = None
     async with client.stream("POST", url + "/v1/completions", json=body) as r:
         r.raise_for_status()
@@ -190,33 +200,103 @@ async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int)
             for ch in chunk.get("choices") or []:
                 if ch.get("text"):
                     n += 1
+                    now = time.perf_counter()
                     if ttft is None:
-                        ttft = time.perf_counter() - t0
+                        ttft = now - t0
+                    elif gaps is not None:
+                        gaps.append(now - last)
+                    last = now
     tokens = usage["completion_tokens"] if usage else n  # the peer streams one chunk per token
     return ttft or float("nan"), tokens, time.perf_counter()
 
 
 def concurrent(url: str, texts: list[str], new: int) -> dict[str, float]:
+    gaps: list[float] = []
+
     async def run():
-        async with httpx.AsyncClient(timeout=600) as client:
+        async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as client:
             t0 = time.perf_counter()
-            res = await asyncio.gather(*(one_stream(client, url, p, new) for p in texts))
+            res = await asyncio.gather(*(one_stream(client, url, p, new, gaps) for p in texts))
             return t0, res
 
     t0, res = asyncio.run(run())
     ttfts = [r[0] for r in res]
     total = sum(r[1] for r in res)
     wall = max(r[2] for r in res) - t0
-    return {"tps": total / wall, "p50": pct(ttfts, 0.5), "p95": pct(ttfts, 0.95), "tokens": total, "wall": wall}
+    return {"tps": total / wall, "p50": pct(ttfts, 0.5), "p95": pct(ttfts, 0.95), "tokens": total, "wall": wall,
+            "itl50": pct(gaps, 0.5) if gaps else float("nan"), "itl95": pct(gaps, 0.95) if gaps else float("nan")}
 
 
 def measure_server(server: Server, sets: dict[int, list[str]], new: int) -> dict[int, dict[str, float]]:
     out = {}
     for n, texts in sets.items():
         out[n] = concurrent(server.url, texts, new)
-        print(f"  {server.name:>18} {n} stream(s): {out[n]['tps']:6.1f} tok/s, ttft p50 {out[n]['p50']:.2f}s "
-              f"p95 {out[n]['p95']:.2f}s ({out[n]['tokens']} tokens in {out[n]['wall']:.1f}s)", flush=True)
+        print(f"  {server.name:>12} {n:2d} stream(s): {out[n]['tps']:6.1f} tok/s, ttft p50 {out[n]['p50']:.2f}s "
+              f"p95 {out[n]['p95']:.2f}s, itl p50 {out[n]['itl50'] * 1e3:.0f}ms p95 {out[n]['itl95'] * 1e3:.0f}ms "
+              f"({out[n]['tokens']} tokens in {out[n]['wall']:.1f}s)", flush=True)
     return out
+
+
+# ---- llama-server (the C++ peer) ------------------------------------------------------------------
+CACHE = Path.home() / ".cache" / "inferd-bench"
+
+
+def peer_bin(build: bool) -> Path | None:
+    """llama-server built from the llama.cpp tree of the installed llama-cpp-python's sdist."""
+    import llama_cpp
+
+    ver = llama_cpp.__version__
+    src = CACHE / f"llama.cpp-{ver}"
+    binary = src / "build" / "bin" / "llama-server"
+    if binary.exists() or not build:
+        return binary if binary.exists() else None
+    CACHE.mkdir(parents=True, exist_ok=True)
+    if not src.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-d",
+                        str(CACHE), f"llama-cpp-python=={ver}"], check=True)
+        import tarfile
+
+        with tarfile.open(CACHE / f"llama_cpp_python-{ver}.tar.gz") as tf:
+            tf.extractall(CACHE, filter="data")
+        (CACHE / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp").rename(src)
+    subprocess.run(["cmake", "-B", "build", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON"], cwd=src, check=True)
+    subprocess.run(["cmake", "--build", "build", "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
+                   cwd=src, check=True)
+    return binary
+
+
+# ---- n-gram speculation ----------------------------------------------------------------------------
+PASSAGE = ("The old lighthouse stood at the end of the harbour for two hundred years. Every night the keeper "
+           "climbed the narrow stairs, trimmed the wick and watched the ships pass safely between the rocks. When "
+           "the keeper grew old, his daughter took over the work, and she kept the light burning through storms, "
+           "fog and the long winter nights, until the harbour itself was closed and the last ship sailed away.")
+
+
+def rewrite(url: str, new: int, draft: str | None) -> tuple[float, str, dict]:
+    body: dict = {"model": MODEL, "temperature": 0, "max_tokens": new, "messages": [
+        {"role": "user", "content": "Rewrite this passage word for word, changing only 'lighthouse' to 'tower':"
+                                    f"\n\n{PASSAGE}"}]}
+    if draft:
+        body.update(draft_model=draft, speculation_policy="on", speculative_k=8)
+    t = time.perf_counter()
+    r = httpx.post(url + "/ai/v1/generate", json=body, timeout=600)
+    r.raise_for_status()
+    out = r.json()
+    n = out["usage"]["completion_tokens"]
+    return n / (time.perf_counter() - t), out["choices"][0]["message"]["content"], out.get("speculation") or {}
+
+
+def speculation_bench(url: str, new: int, repeat: int) -> dict:
+    plain = ngram = 0.0
+    same, sp = True, {}
+    for _ in range(repeat):  # alternate, best of each: background load hits both alike
+        tp, text_p, _ = rewrite(url, new, None)
+        tn, text_n, sp = rewrite(url, new, "ngram")
+        plain, ngram = max(plain, tp), max(ngram, tn)
+        same = same and text_p == text_n
+        print(f"  rewrite: plain {tp:.1f} tok/s, ngram {tn:.1f} tok/s (accepted {sp.get('accepted_tokens')}/"
+              f"{sp.get('drafted_tokens')} drafted)", flush=True)
+    return {"plain": plain, "ngram": ngram, "same": same, "sp": sp}
 
 
 def main() -> None:
@@ -224,25 +304,33 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3, help="single-stream runs (best of)")
-    ap.add_argument("--no-peer", action="store_true", help="skip python -m llama_cpp.server")
+    ap.add_argument("--streams", default="1,4,8,16")
+    ap.add_argument("--no-peer", action="store_true", help="skip llama-server")
+    ap.add_argument("--build-peer", action="store_true", help="build llama-server if it is not cached")
+    ap.add_argument("--peer-bin", type=Path, help="a llama-server binary (default: the cached build)")
+    ap.add_argument("--no-raw", action="store_true", help="skip the raw-ceiling loop")
     a = ap.parse_args()
     path = gemma_270m_path()
     from inferd.runtimes.llama_cpp.model import LlamaModel
 
+    slots, ctx = 16, 512
     m = LlamaModel(path)
-    counts = [1, 4, 8]
+    counts = [int(x) for x in a.streams.split(",")]
     sets = {n: prompts(m, n, f"Round {n}. ") for n in counts}          # fresh prompts for every round
+    peer_sets = {n: prompts(m, n, f"Peer round {n}. ") for n in counts}
     singles = [prompts(m, 1, f"Single {r}. ")[0] for r in range(a.repeat)]
-    print(f"gemma-3-270m Q4_K_M, {a.threads} threads, prompts of {len(m.tokenize(sets[8][0]))} tokens, "
-          f"{a.new_tokens} new tokens per stream", flush=True)
+    print(f"gemma-3-270m Q4_K_M, {a.threads} threads, {slots} slots of {ctx} tokens, prompts of "
+          f"{len(m.tokenize(sets[counts[-1]][0]))} tokens, {a.new_tokens} new tokens per stream", flush=True)
     m.close()
 
-    print("raw ceiling ...", flush=True)
-    raw_e2e, raw_decode = raw_ceiling(path, sets[8], a.new_tokens, a.threads)
+    raw_e2e = raw_decode = None
+    if not a.no_raw:
+        print("raw ceiling ...", flush=True)
+        raw_e2e, raw_decode = raw_ceiling(path, prompts(LlamaModel(path), 8, "Raw. "), a.new_tokens, a.threads)
 
     port = free_port()
     srv = Server([sys.executable, "-m", "inferd", "serve", "--port", str(port), "--threads", str(a.threads),
-                  "--parallel", "8", "--log-level", "warning"], port, "inferd")
+                  "--parallel", str(slots), "--ctx-size", str(ctx), "--log-level", "warning"], port, "inferd")
     try:
         # Single stream: alternate the in-process Llama and inferd (idle server meanwhile), best
         # of each, so a change in the machine's background load hits both alike.
@@ -253,6 +341,7 @@ def main() -> None:
             single = max(single, concurrent(srv.url, [p], a.new_tokens)["tps"])
             print(f"  single stream: Llama {hl:.1f} tok/s, inferd {single:.1f} tok/s (best so far)", flush=True)
         llm.close()
+        spec = speculation_bench(srv.url, a.new_tokens, a.repeat)
         ours = measure_server(srv, sets, a.new_tokens)
     except Exception:
         print(srv.tail(), file=sys.stderr)
@@ -260,16 +349,17 @@ def main() -> None:
     finally:
         srv.close()
     peer = None
-    if not a.no_peer:
+    binary = a.peer_bin or (None if a.no_peer else peer_bin(a.build_peer))
+    if binary is None and not a.no_peer:
+        print("llama-server is not built: run with --build-peer (about 15 minutes on 2 cores)", file=sys.stderr)
+    if binary is not None:
         port = free_port()
-        srv = Server([sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", MODEL,
-                      "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(a.threads),
-                      "--n_threads_batch", str(a.threads), "--n_ctx", "4096", "--n_batch", "512",
-                      # by default a new request cuts off the running stream; queue them instead
-                      "--interrupt_requests", "False"], port,
-                     "llama_cpp.server")
+        srv = Server([str(binary), "-m", str(path), "--alias", MODEL, "--host", "127.0.0.1", "--port", str(port),
+                      "-t", str(a.threads), "-tb", str(a.threads), "-np", str(slots), "-c", str(slots * ctx),
+                      "-b", "512", "--kv-unified", "--cache-reuse", "0", "--no-cache-prompt", "--cache-ram", "0",
+                      "--no-webui"], port, "llama-server")
         try:
-            peer = measure_server(srv, sets, a.new_tokens)
+            peer = measure_server(srv, peer_sets, a.new_tokens)
         except Exception:
             print(srv.tail(), file=sys.stderr)
             raise
@@ -279,25 +369,29 @@ def main() -> None:
     print("\n## single stream (tokens/s, end to end incl. prefill)")
     print(f"| llama-cpp-python Llama, in-process | {hl:6.1f} |")
     print(f"| inferd, HTTP streaming             | {single:6.1f} | {single / hl:.2f}x (target >= 0.95x) |")
-    print("\n## concurrent streams")
-    print("| streams | inferd tok/s | ttft p50 | ttft p95 | llama_cpp.server tok/s | ttft p50 | ttft p95 | ratio |")
+    print("\n## n-gram speculation, single stream, rewrite-the-passage prompt (/ai/v1/generate, greedy)")
+    print(f"| plain | {spec['plain']:.1f} tok/s |")
+    print(f"| draft_model: ngram | {spec['ngram']:.1f} tok/s | {spec['ngram'] / spec['plain']:.2f}x (target >= 1.5x) "
+          f"| same text: {spec['same']} | accepted {spec['sp'].get('accepted_tokens')}/"
+          f"{spec['sp'].get('drafted_tokens')} |")
+    print("\n## concurrent streams (aggregate tok/s; ttft and inter-token latency p50/p95)")
+    print("| streams | inferd tok/s | ttft p50/p95 | itl p50/p95 | llama-server tok/s | ttft p50/p95 | itl p50/p95 "
+          "| tok/s ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for n in counts:
         o = ours[n]
+        cells = f"| {n} | {o['tps']:.1f} | {o['p50']:.2f}/{o['p95']:.2f}s | {o['itl50'] * 1e3:.0f}/{o['itl95'] * 1e3:.0f}ms "
         if peer:
             p = peer[n]
-            print(f"| {n} | {o['tps']:.1f} | {o['p50']:.2f}s | {o['p95']:.2f}s | {p['tps']:.1f} | {p['p50']:.2f}s | "
-                  f"{p['p95']:.2f}s | {o['tps'] / p['tps']:.2f}x |")
+            cells += (f"| {p['tps']:.1f} | {p['p50']:.2f}/{p['p95']:.2f}s | {p['itl50'] * 1e3:.0f}/"
+                      f"{p['itl95'] * 1e3:.0f}ms | {o['tps'] / p['tps']:.2f}x |")
         else:
-            print(f"| {n} | {o['tps']:.1f} | {o['p50']:.2f}s | {o['p95']:.2f}s | - | - | - | - |")
-    print("\n## raw ceiling: 8 sequences, one llama_decode per step, numpy argmax")
-    print(f"| end to end (prefill + decode) | {raw_e2e:.1f} tok/s | inferd at 8 streams = "
-          f"{ours[8]['tps'] / raw_e2e:.0%} of it |")
-    print(f"| decode only                   | {raw_decode:.1f} tok/s | |")
-    if peer:
-        print(f"\ntargets: 8-stream throughput {ours[8]['tps'] / peer[8]['tps']:.2f}x llama_cpp.server (>= 2.0x); "
-              f"inferd ttft p95 at 8 streams {ours[8]['p95']:.2f}s (< 3 s); single stream {single / hl:.2f}x Llama "
-              f"(>= 0.95x)")
+            cells += "| - | - | - | - |"
+        print(cells)
+    if raw_e2e is not None:
+        print("\n## raw ceiling: 8 sequences, one llama_decode per step, numpy argmax")
+        print(f"| end to end (prefill + decode) | {raw_e2e:.1f} tok/s |")
+        print(f"| decode only                   | {raw_decode:.1f} tok/s |")
 
 
 if __name__ == "__main__":

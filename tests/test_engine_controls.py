@@ -152,6 +152,17 @@ def test_speculation_same_output_reported_and_counted(srv, draft):
     assert (drafted, accepted) == (sp["drafted_tokens"], sp["accepted_tokens"])
 
 
+def test_streamed_speculation_is_on_the_final_chunk(srv):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": PASSAGE}], "temperature": 0, "max_tokens": 24,
+            "ignore_eos": True, "stream": True, "draft_model": "ngram", "speculation_policy": "on"}
+    with httpx.stream("POST", srv.url + "/ai/v1/generate", json=body, timeout=60) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    final = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(final) == 1 and final[0]["speculation"]["decision"] == "enabled"
+    assert final[0]["speculation"]["drafted_tokens"] > 0
+    assert not any("speculation" in c for c in chunks if c is not final[0])
+
+
 def test_speculation_refusals_name_the_field(srv):
     assert_envelope("antfly", gen(srv, max_tokens=2, draft_model="tiny-other"), 400, "vocabulary")
     assert_envelope("antfly", gen(srv, max_tokens=2, draft_model="nope"), 400, "draft_model: no served generator")

@@ -209,6 +209,9 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
         if d.finish_reason:
             final = {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
                                           "finish_reason": d.finish_reason}]}
+            spec = getattr(stream, "speculation", None)
+            if antfly and spec is not None:  # what speculation did, once it is known
+                final["speculation"] = spec.report()
             yield _progress(final, d.usage, first)
     if include_usage and usage is not None:
         yield {**head, "choices": [], "usage": usage_dict(usage, antfly), "timings": timings(usage)}
