@@ -439,6 +439,8 @@ class GenerationEngine:
             if not job.prompt_cache or job.shifted:  # leave nothing reusable behind
                 self.backend.seq_rm(slot.id, -1, -1)
                 slot.cache = []
+                if job.speculation is not None:  # nor in a draft model's cache
+                    job.speculation.drafter.forget(slot.id)
         try:
             job.sampler.close()
         except Exception:

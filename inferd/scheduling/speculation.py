@@ -65,6 +65,9 @@ class NgramDrafter:
     def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
         return [ngram_lookup(ctx, k) for _seq, ctx, k in asks]
 
+    def forget(self, seq: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -79,6 +82,7 @@ class DraftBackend(Protocol):
     def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]: ...
     def argmax(self, row: int) -> int: ...
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
+    def clear(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -92,6 +96,14 @@ class DraftModelDrafter:
         self.cache: dict[int, list[int]] = {}
 
     def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
+        try:
+            return self._propose(asks)
+        except BaseException:  # a failed draft decode: its cache no longer matches our lists
+            self.cache.clear()
+            self.backend.clear()
+            raise
+
+    def _propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
         be = self.backend
         pending: list[tuple[int, list[int], int]] = []  # (seq, tokens still to decode, their first position)
         for seq, ctx, _k in asks:
