@@ -46,6 +46,13 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
+    a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
+    a("--max-media-bytes", type=int, help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
+    a("--allow-remote-media", action="store_const", const=True, default=None,
+      help="fetch http(s) image URLs named in requests (off: data stays on the host)")
+    a("--allow-private-media-urls", action="store_const", const=True, default=None,
+      help="with --allow-remote-media, also fetch from loopback and private addresses")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
