@@ -101,7 +101,8 @@ def cmd_models(ns: argparse.Namespace) -> int:
     found = discover_all(settings)
     Registry.build(found.specs, lambda s: None)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
-             s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
+             s.source + (f" {s.path}" if s.path else "")
+             + (f" ({s.manifest['unsupported']})" if s.manifest.get("unsupported") else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     for r in [head, *rows]:

@@ -7,6 +7,7 @@ converts to RGB. Anything Pillow cannot read is the client's 400, never a 500.""
 from __future__ import annotations
 
 import io
+from struct import error as struct_error
 import warnings
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from inferd.errors import InvalidInput
 
-FORMATS = frozenset({"JPEG", "PNG", "WEBP", "GIF", "BMP", "MPO"})  # MPO: multi-picture JPEG
+FORMATS = frozenset({"JPEG", "PNG", "WEBP", "GIF", "BMP"})  # JPEG also opens MPO (multi-picture) files
 BYTES_PER_PIXEL = 16  # the conservative decode cost the admission rules charge per source pixel
 
 
@@ -33,11 +34,12 @@ def _open(data: bytes, where: str):
     from PIL import Image, UnidentifiedImageError
 
     Image.MAX_IMAGE_PIXELS = None  # our own pixel budget applies (scheduling/media.py)
+    Image.init()  # register every plugin, so `formats` below can name them all
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return Image.open(io.BytesIO(data), formats=sorted(FORMATS))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, struct_error, IndexError, KeyError):
         raise InvalidInput(f"{where}: not a readable image (supported: JPEG, PNG, WebP, GIF, BMP)", where) from None
 
 
@@ -66,6 +68,6 @@ def decode(data: bytes, where: str) -> np.ndarray:
             bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             img = Image.alpha_composite(bg, rgba)
         rgb = img.convert("RGB")
-    except (OSError, ValueError, SyntaxError, EOFError):
+    except (OSError, ValueError, SyntaxError, EOFError, struct_error, IndexError, KeyError):
         raise InvalidInput(f"{where}: the image data is truncated or corrupt", where) from None
     return np.asarray(rgb, dtype=np.uint8)

@@ -23,6 +23,10 @@ LOADERS: dict[tuple[ModelKind, str], str] = {
     (ModelKind.CHUNKER, "onnx"): "inferd.runtimes.onnx:load_chunker",
     # generators: continuous batching over llama.cpp (inferd/runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): "inferd.runtimes.llama_cpp:load_generator",
+    # readers (OCR, document understanding): inferd/runtimes/ocr, onnx/vision_seq2seq.py
+    (ModelKind.READER, "onnx"): "inferd.service.reader_loading:load_reader",
+    (ModelKind.READER, "safetensors"): "inferd.service.reader_loading:load_reader",  # refused with its reason
+    (ModelKind.READER, "transformers"): "inferd.service.reader_loading:load_reader",
     # tabular predictors (inferd/runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): "inferd.runtimes.tabular:load",
 }

@@ -28,6 +28,8 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
                             "type": s.kind.value})
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
                                       "inputs": _INPUTS.get(s.kind, ["text"]), "format": s.format,
+                                      **({"unsupported": s.manifest["unsupported"]} if s.manifest.get("unsupported")
+                                         else {}),
                                       **(extras(s) if extras else {})}
     return out
 
