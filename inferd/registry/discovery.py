@@ -128,6 +128,9 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
             caps.add("sparse")
         if "sparse" not in caps:
             caps.add("dense")
+        dual = ("vision_model.onnx", "onnx/vision_model.onnx")
+        if path.is_dir() and any((folder / f).is_file() for f in dual):  # CLIP-style: texts and images
+            caps.add("image")
     elif kind is ModelKind.READER:
         from inferd.registry.readers import reader_capabilities
 

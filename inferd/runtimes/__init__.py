@@ -24,9 +24,9 @@ LOADERS: dict[tuple[ModelKind, str], str] = {
     # generators: continuous batching over llama.cpp (inferd/runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): "inferd.runtimes.llama_cpp:load_generator",
     # readers (OCR, document understanding): inferd/runtimes/ocr, onnx/vision_seq2seq.py
-    (ModelKind.READER, "onnx"): "inferd.service.reader_loading:load_reader",
-    (ModelKind.READER, "safetensors"): "inferd.service.reader_loading:load_reader",  # refused with its reason
-    (ModelKind.READER, "transformers"): "inferd.service.reader_loading:load_reader",
+    (ModelKind.READER, "onnx"): "inferd.service.vision_loading:load_reader",
+    (ModelKind.READER, "safetensors"): "inferd.service.vision_loading:load_reader",  # refused with its reason
+    (ModelKind.READER, "transformers"): "inferd.service.vision_loading:load_reader",
     # tabular predictors (inferd/runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): "inferd.runtimes.tabular:load",
 }
@@ -36,6 +36,8 @@ def loader_for(spec: ModelSpec, settings: Any = None) -> Callable[[ModelSpec], A
     """The loader of `spec`. A loader that takes a `settings` keyword (threads, batch budget)
     gets the server's Settings bound here; InferenceService binds them for its registry."""
     target = LOADERS.get((spec.kind, spec.format))
+    if spec.kind is ModelKind.EMBEDDER and "image" in spec.capabilities:  # CLIP-style dual encoder
+        target = "inferd.service.vision_loading:load_image_embedder"
     if target is None:
         raise NotImplementedYet(f"no runtime in this build serves {spec.kind.value} models in "
                                 f"{spec.format} format (model '{spec.name}')")

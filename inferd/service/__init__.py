@@ -12,6 +12,7 @@ from inferd.service.core import CoreService, available_backends, discover_all
 from inferd.service.encoders import EmbedResult, EncoderVerbs, RerankResult
 from inferd.service.generation import GenerationStream, GenerationVerbs
 from inferd.service.lora import LoraVerbs
+from inferd.service.image_embed import ImageEmbeddingService
 from inferd.service.reading import ReadingService
 from inferd.service.tabular import PredictResult, TabularVerbs
 from inferd.runtimes import loader_for
@@ -29,6 +30,7 @@ class InferenceService(GenerationVerbs, LoraVerbs, TabularVerbs, EncoderVerbs, C
         # Image inputs: one media budget for every verb that takes images (scheduling/media.py).
         self.media = MediaAdmission(MediaLimits.from_settings(self.settings))
         self.reading = ReadingService(self.registry, self.admission, self.media, self.metrics)
+        self.image_embedding = ImageEmbeddingService(self.registry, self.admission, self.media, self.metrics)
         if self.registry.loader_for is loader_for:  # runtimes get threads and batch budgets from settings
             self.registry.loader_for = functools.partial(loader_for, settings=self.settings)
 

@@ -14,14 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InferdError, InvalidInput, ModelNotSupported
+from inferd.errors import CapabilityMissing, InferdError, InvalidInput, ModelNotSupported
+from inferd.media.sources import MediaRef
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.runtimes.onnx.pooling import truncate_dims
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
-# Text, token ids, or an item a face already found unservable (its error: fails the request
-# unless per_item, then it is that item's error).
-EmbedInput = str | Sequence[int] | InferdError
+# Text, token ids, an image reference, or an item a face already found unservable (its
+# error: fails the request unless per_item, then it is that item's error).
+EmbedInput = str | Sequence[int] | MediaRef | InferdError
 _INLINE_CHARS = 2000  # inputs this small are tokenized on the event loop (tens of microseconds)
 
 
@@ -55,6 +56,12 @@ class EncoderVerbs:
         truncation, bad token ids, failed batch) becomes that item's error; otherwise the first
         one fails the request."""
         spec = self.spec_for(model, ModelKind.EMBEDDER)  # type: ignore[attr-defined]
+        if any(isinstance(x, MediaRef) for x in inputs):  # image parts (service/image_embed.py)
+            if "image" in spec.capabilities:
+                return await self.image_embedding.embed(spec, inputs, task=task, dimensions=dimensions,  # type: ignore[attr-defined]
+                                                        per_item=per_item, keep_alive=keep_alive)
+            inputs = [no_image_support(spec, f"input[{i}]") if isinstance(x, MediaRef) else x
+                      for i, x in enumerate(inputs)]
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
         if dimensions is not None and dimensions < 1:
@@ -124,6 +131,11 @@ class EncoderVerbs:
             probs = await rt.batcher.submit([w.enc for w in windows], [len(w.enc) for w in windows])
         ends = [w.offsets[j][1] for w, p in zip(windows, probs) for j in np.flatnonzero(p > threshold)]
         return await asyncio.to_thread(chunks_from_boundaries, text, ends, cfg)
+
+
+def no_image_support(spec: ModelSpec, where: str) -> InferdError:
+    return CapabilityMissing(f"{where} is an image; model '{spec.name}' cannot embed images "
+                             "(it needs the 'image' capability: a CLIP-style dual encoder)")
 
 
 def _prepare(rt: Any, inputs: Sequence[EmbedInput], task: str | None, truncate: bool) -> list[Any]:

@@ -33,7 +33,10 @@ async def rerank(req: RerankRequest, request: Request, svc: InferenceService = D
 @router.post("/rerank_multimodal")
 async def rerank_multimodal(req: MultimodalRerankRequest, request: Request,
                             svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    svc.spec_for(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
-    texts = convert.multimodal_texts(req.documents)
-    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, texts))
+    model = req.model or svc.spec_for(None, ModelKind.RERANKER).name  # omitted: the only reranker, or a 400
+    svc.registry.resolve(model, [ModelKind.RERANKER, ModelKind.EMBEDDER])  # unknown model: 404 before the documents
+    docs = convert.multimodal_parts(req.documents)
+    # Image (or mixed) documents need an image-capable embedder; text-only ones on a reranker keep svc.rerank.
+    work = svc.image_embedding.rerank_multimodal(model, req.query, docs, svc.rerank)
+    r = await cancel_on_disconnect(request, work)
     return JSONResponse(convert.rerank_response(r))

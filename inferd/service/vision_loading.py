@@ -1,7 +1,8 @@
-"""Loaders of reader models (registered in inferd/runtimes/__init__.py LOADERS): build the
-leaf runtime (inferd/runtimes/ocr, inferd/runtimes/onnx/vision_seq2seq.py) and attach its
-dynamic batcher, which owns the model's worker thread and lets concurrent requests share
-batches of images."""
+"""Loaders of image models (registered in inferd/runtimes/__init__.py): readers (PP-OCR,
+TrOCR, Donut) and image embedders (CLIP-style dual encoders). Each builds the leaf runtime
+(inferd/runtimes/ocr, inferd/runtimes/onnx/vision_seq2seq.py, onnx/clip.py) and attaches
+its dynamic batcher, which owns the model's worker thread and lets concurrent requests
+share batches of images."""
 
 from __future__ import annotations
 
@@ -41,4 +42,15 @@ def load_reader(spec: ModelSpec, settings: Any = None) -> Any:
         raise ModelNotSupported(f"reader '{spec.name}': no runtime for reader family {family!r}")
     images = min(READ_BATCH_IMAGES, int(getattr(settings, "max_batch_size", READ_BATCH_IMAGES) or 1))
     rt.batcher = Batcher(rt.run_batch, max_tokens=images, max_items=images, name=spec.name)
+    return rt
+
+
+def load_image_embedder(spec: ModelSpec, settings: Any = None) -> Any:
+    """A CLIP-style embedder: texts and images in one space; the batcher takes both."""
+    from inferd.runtimes.onnx.clip import ClipEmbedder
+
+    folder = Path(spec.path) if Path(spec.path).is_dir() else Path(spec.path).parent
+    rt = ClipEmbedder(spec.name, folder, spec.manifest, threads=_threads(settings))
+    rt.batcher = Batcher(rt.run_batch, max_tokens=int(getattr(settings, "max_batch_tokens", 8192)),
+                         max_items=int(getattr(settings, "max_batch_size", 512)), name=spec.name)
     return rt
