@@ -171,6 +171,7 @@ class ReadItem:
     image: Any
     prompt: str | None = None           # a task prompt / question, for models that take one
     max_tokens: int = 256
+    stop: Any = None                    # threading.Event set when the client went away: decoding stops
 
 
 @dataclass

@@ -8,6 +8,8 @@ where they share batches with other requests' images."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,11 +79,16 @@ class ReadingService:
                 for x in images:
                     if isinstance(x, InferdError):
                         raise x
-                items = [ReadItem(img, prompt, max_tokens) for img in images]
+                items = [ReadItem(img, prompt, max_tokens, threading.Event()) for img in images]
                 t0 = time.perf_counter()
                 async with self.registry.use(spec.name, [ModelKind.READER], keep_alive) as rt:
                     load_seconds = time.perf_counter() - t0
                     for it in items:
                         rt.check(it)
-                    outs = await rt.batcher.submit(items, [1] * len(items))
+                    try:
+                        outs = await rt.batcher.submit(items, [1] * len(items))
+                    except asyncio.CancelledError:  # the client left: a running decode stops at its next step
+                        for it in items:
+                            it.stop.set()
+                        raise
         return ReadResult(spec.name, list(outs), load_seconds)

@@ -19,7 +19,7 @@ from inferd.errors import ModelLoadFailed
 IMAGENET_STANDARD = [0.5, 0.5, 0.5]
 OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
-_KNOWN = ("ViT", "TrOCR", "Donut", "CLIP", "SigLIP", "DeiT", "BeiT")
+_KNOWN = ("ViT", "TrOCR", "Donut", "CLIP", "Siglip", "SigLIP", "DeiT", "BeiT")
 
 
 @dataclass

@@ -154,6 +154,8 @@ class VisionSeq2Seq:
             raise ModelLoadFailed(f"reader '{name}': no decoder_start_token_id in generation_config.json or config.json")
         self.start_id = int(start)
         self.max_new_cap = max_new_tokens_cap
+        # Learned decoder positions: a sequence can never be longer than this.
+        self.max_positions = int((cfg.get("decoder") or {}).get("max_position_embeddings") or 1 << 30)
         self.takes_prompt = self.family == "donut"
         self.batcher: Any = None  # attached by the loader
 
@@ -163,6 +165,15 @@ class VisionSeq2Seq:
             raise InvalidInput(f"reader '{self.name}' ({self.family}) takes no prompt", "prompt")
         if item.max_tokens > self.max_new_cap:
             raise InvalidInput(f"max_tokens may be at most {self.max_new_cap} for reader '{self.name}'", "max_tokens")
+        n = len(self.prompt_ids(item.prompt))
+        if n >= self.max_positions:
+            raise InvalidInput(f"the prompt is {n} tokens; reader '{self.name}' holds at most {self.max_positions}",
+                               "prompt")
+
+    def new_tokens(self, prompt: Sequence[int], max_tokens: int) -> int:
+        """max_tokens, cut to what the decoder's positions leave after the prompt (as a
+        generation stops at the model's max length)."""
+        return max(1, min(max_tokens, self.max_positions - len(prompt)))
 
     def prompt_ids(self, prompt: str | None) -> list[int]:
         if not prompt:
@@ -181,13 +192,16 @@ class VisionSeq2Seq:
         prompts = [self.prompt_ids(it.prompt) for it in items]
         groups: dict[tuple, list[int]] = {}
         for i, it in enumerate(items):
-            groups.setdefault((tuple(prompts[i]), it.max_tokens), []).append(i)
+            groups.setdefault((tuple(prompts[i]), self.new_tokens(prompts[i], it.max_tokens)), []).append(i)
+        def gone(rows: list[int]):  # every client of these rows left: stop decoding for nobody
+            return lambda: all(items[r].stop is not None and items[r].stop.is_set() for r in rows)
+
         for (prompt, max_new), rows in groups.items():
             if nb > 1:
                 for r in rows:
-                    results[r] = beam_search(step, gen, prompt, r, max_new)
+                    results[r] = beam_search(step, gen, prompt, r, max_new, gone([r]))
             else:
-                for r, toks in zip(rows, greedy(step, gen, prompt, rows, max_new)):
+                for r, toks in zip(rows, greedy(step, gen, prompt, rows, max_new, gone(rows))):
                     results[r] = toks
         return [self._output(prompts[i], results[i] or []) for i in range(len(items))]
 
