@@ -41,9 +41,9 @@ def pages(n: int, seed: int = 0) -> list[bytes]:
     out = []
     for _ in range(n):
         k = rng.randint(4, 6)
-        lines = [l.format(n=f"2024-{rng.randint(100, 999)}", a=rng.randint(1, 99), q=rng.randint(1, 9),
+        lines = [line.format(n=f"2024-{rng.randint(100, 999)}", a=rng.randint(1, 99), q=rng.randint(1, 9),
                           p=f"{rng.randint(1, 99)}.{rng.randint(0, 99):02d}", t=f"{rng.randint(100, 9999):,}.00",
-                          m=rng.randint(1, 12), d=rng.randint(1, 28)) for l in LINES[:k]]
+                          m=rng.randint(1, 12), d=rng.randint(1, 28)) for line in LINES[:k]]
         img = Image.new("RGB", (460, 40 + 48 * k), "white")
         d = ImageDraw.Draw(img)
         for i, line in enumerate(lines):

@@ -158,7 +158,7 @@ def save_images(images: list[Image.Image], out: Path) -> None:
 
 
 def make_trocr(out: Path) -> None:
-    from transformers import (PreTrainedTokenizerFast, TrOCRConfig, TrOCRForCausalLM, ViTConfig,
+    from transformers import (TrOCRConfig, TrOCRForCausalLM, ViTConfig,
                               ViTImageProcessor, ViTModel, VisionEncoderDecoderConfig, VisionEncoderDecoderModel)
 
     tok = bpe_tokenizer()

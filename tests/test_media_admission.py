@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from inferd.errors import InvalidInput, NotFound, Overloaded, PayloadTooLarge
+from inferd.errors import InvalidInput, NotFound, Overloaded
 from inferd.media.sources import MediaRef, parse_ref
 from inferd.scheduling.media import MediaAdmission, MediaLimits
 from tests.conftest import FIXTURES

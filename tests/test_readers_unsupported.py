@@ -49,5 +49,5 @@ def test_inferd_models_shows_reason(models, capsys):
     assert main(["models", "--models-dir", str(models), "--no-builtins", "--ml-dir", "/nonexistent"]) == 0
     out = capsys.readouterr().out
     for name, arch in NAMES.items():
-        line = next(l for l in out.splitlines() if l.startswith(name))
+        line = next(x for x in out.splitlines() if x.startswith(name))
         assert "reader" in line and f"unsupported architecture {arch}" in line

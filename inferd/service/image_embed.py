@@ -11,26 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from inferd.errors import CapabilityMissing, InferdError, InvalidInput
 from inferd.media.sources import MediaRef
+from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
-from inferd.service.encoders import EmbedResult, RerankResult, no_image_support  # noqa: F401 (re-export)
+from inferd.service.core import Catalog
+from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
+from inferd.service.handles import EncoderHandle, ImageEmbedderRuntime
 
 Part = str | MediaRef
-TextRerank = Callable[[str | None, str, Sequence[str]], Awaitable[RerankResult]]
+
+
+def no_image_support(spec: ModelSpec, where: str) -> CapabilityMissing:
+    return CapabilityMissing(f"{where} is an image; model '{spec.name}' cannot embed images "
+                             "(it needs the 'image' capability: a CLIP-style dual encoder)")
 
 
 class ImageEmbeddingService:
-    def __init__(self, registry: Registry, admission: Admission, media: MediaAdmission, metrics: Any = None):
-        self.registry, self.admission, self.media, self.metrics = registry, admission, media, metrics
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, media: MediaAdmission,
+                 text: EncoderService):
+        self.catalog, self.registry, self.admission, self.media = catalog, registry, admission, media
+        self.text = text  # text-only requests, and text models given images (their items become errors)
 
     async def _encode(self, spec: ModelSpec, inputs: Sequence[Any], task: str | None, per_item: bool,
                       keep_alive: float | None, dimensions: int | None = None) -> tuple[list[Any], int, int, float]:
@@ -46,7 +54,9 @@ class ImageEmbeddingService:
                         raise img
                     out[i] = img
                 t0 = time.perf_counter()
-                async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as rt:
+                async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as handle:
+                    h: EncoderHandle[ImageEmbedderRuntime] = handle
+                    rt = h.encoder
                     load_seconds = time.perf_counter() - t0
                     if dimensions is not None and dimensions > rt.dims:
                         raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {rt.dims}",
@@ -58,7 +68,7 @@ class ImageEmbeddingService:
                             if isinstance(x, InferdError):
                                 raise x
                     ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
-                    vecs = await rt.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
+                    vecs = await h.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
                     dims = rt.dims
         tokens = 0
         for i, v in zip(ok, vecs):
@@ -72,9 +82,17 @@ class ImageEmbeddingService:
             prepared[i] = v
         return prepared, dims, tokens, load_seconds
 
-    async def embed(self, spec: ModelSpec, inputs: Sequence[Any], *, task: str | None = None,
-                    dimensions: int | None = None, per_item: bool = False,
+    async def embed(self, model: str | None, inputs: Sequence[Any], *, task: str | None = None,
+                    dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
                     keep_alive: float | None = None) -> EmbedResult:
+        spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
+        kw: dict[str, Any] = dict(task=task, dimensions=dimensions, truncate=truncate, per_item=per_item,
+                                  keep_alive=keep_alive)
+        if not any(isinstance(x, MediaRef) for x in inputs):
+            return await self.text.embed(model, inputs, **kw)
+        if "image" not in spec.capabilities:  # each image is its item's error (or the request's)
+            return await self.text.embed(model, [no_image_support(spec, f"input[{i}]") if isinstance(x, MediaRef)
+                                                 else x for i, x in enumerate(inputs)], **kw)
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
         if dimensions is not None and dimensions < 1:
@@ -85,25 +103,30 @@ class ImageEmbeddingService:
                     raise x
         items, dims, tokens, load = await self._encode(spec, inputs, task, per_item, keep_alive, dimensions)
         if dimensions is not None:
-            from inferd.runtimes.onnx.pooling import truncate_dims
+            from inferd.runtimes.common.pooling import truncate_dims
 
             items = [truncate_dims(v, dimensions) if isinstance(v, np.ndarray) else v for v in items]
         return EmbedResult(spec.name, dimensions or dims, False, items, tokens, load)
 
-    async def rerank_multimodal(self, model: str | None, query: str, documents: Sequence[Sequence[Part]],
-                                text_rerank: TextRerank) -> RerankResult:
+    def rerank_spec(self, model: str | None) -> ModelSpec:
+        """A reranker, or an image-capable embedder; an omitted model is the only reranker."""
+        if not model:
+            return self.catalog.resolve(model, ModelKind.RERANKER)
+        return self.catalog.resolve(model, ModelKind.RERANKER, ModelKind.EMBEDDER)
+
+    async def rerank_multimodal(self, model: str | None, query: str,
+                                documents: Sequence[Sequence[Part]]) -> RerankResult:
         """Documents with image parts are scored by an image-capable embedder: cosine between
         the query's text vector and the document's (the normalised mean of its parts: its
         text, joined, and each image). Text-only documents on a reranker keep the reranker."""
-        if not model:
-            raise InvalidInput("'model' is required", "model")
-        spec = self.registry.resolve(model, [ModelKind.RERANKER, ModelKind.EMBEDDER])
+        spec = self.rerank_spec(model)
         has_images = any(isinstance(p, MediaRef) for d in documents for p in d)
         if spec.kind is ModelKind.RERANKER:
             if has_images:
                 raise CapabilityMissing(f"reranker '{spec.name}' scores text only; documents with images need an "
                                         "embedder with the 'image' capability (a CLIP-style model) as 'model'")
-            return await text_rerank(model, query, ["\n".join(p for p in d if isinstance(p, str)) for d in documents])
+            return await self.text.rerank(spec.name, query,
+                                          ["\n".join(p for p in d if isinstance(p, str)) for d in documents])
         if "image" not in spec.capabilities:
             raise CapabilityMissing(f"embedder '{spec.name}' cannot embed images; multimodal reranking needs a "
                                     "CLIP-style model with the 'image' capability")

@@ -13,14 +13,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from inferd.errors import InferdError, InvalidInput, ModelNotSupported
 from inferd.media.sources import MediaRef
+from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
+from inferd.service.core import Catalog
+from inferd.service.handles import EncoderHandle, ReaderRuntime
 from inferd.types import ReadItem, ReadOutput
 
 MAX_IMAGES = 64           # images per /read request
@@ -44,17 +45,11 @@ class ReadResult:
 
 
 class ReadingService:
-    def __init__(self, registry: Registry, admission: Admission, media: MediaAdmission, metrics: Any = None):
-        self.registry, self.admission, self.media, self.metrics = registry, admission, media, metrics
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, media: MediaAdmission):
+        self.catalog, self.registry, self.admission, self.media = catalog, registry, admission, media
 
     def spec_for(self, model: str | None) -> ModelSpec:
-        if not model:
-            found = self.registry.of_kind(ModelKind.READER)
-            if len(found) != 1:
-                raise InvalidInput(f"'model' is required ({len(found)} readers are served)", "model")
-            spec = found[0]
-        else:
-            spec = self.registry.resolve(model, [ModelKind.READER])
+        spec = self.catalog.resolve(model, ModelKind.READER)
         reason = spec.manifest.get("unsupported")
         if reason:
             raise ModelNotSupported(f"reader '{spec.name}': {reason}")
@@ -81,12 +76,13 @@ class ReadingService:
                         raise x
                 items = [ReadItem(img, prompt, max_tokens, threading.Event()) for img in images]
                 t0 = time.perf_counter()
-                async with self.registry.use(spec.name, [ModelKind.READER], keep_alive) as rt:
+                async with self.registry.use(spec.name, [ModelKind.READER], keep_alive) as handle:
                     load_seconds = time.perf_counter() - t0
+                    h: EncoderHandle[ReaderRuntime] = handle
                     for it in items:
-                        rt.check(it)
+                        h.encoder.check(it)
                     try:
-                        outs = await rt.batcher.submit(items, [1] * len(items))
+                        outs = await h.batcher.submit(items, [1] * len(items))
                     except asyncio.CancelledError:  # the client left: a running decode stops at its next step
                         for it in items:
                             it.stop.set()

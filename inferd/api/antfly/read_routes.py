@@ -17,5 +17,5 @@ router = APIRouter(prefix="/ai/v1")
 @router.post("/read")
 async def read(req: ReadRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     refs = convert.image_refs(req)
-    r = await cancel_on_disconnect(request, svc.reading.read(req.model, refs, req.prompt, req.max_tokens))
+    r = await cancel_on_disconnect(request, svc.read(req.model, refs, req.prompt, req.max_tokens))
     return JSONResponse(convert.read_response(r))

@@ -60,9 +60,13 @@ def folder_models(folder: Path) -> dict[str, Path]:
     return out
 
 
+READ_BATCH_IMAGES = 8  # images per batch: detection one by one, recognition of all their lines together
+
+
 class PPOCR:
     family = "ppocr"
     takes_prompt = False
+    max_batch_tokens = READ_BATCH_IMAGES  # the batcher's cost of an image is 1
 
     def __init__(self, name: str, files: dict[str, Path], threads: int | None = None, text_score: float = 0.5,
                  rec_batch_num: int = 6):
@@ -91,7 +95,6 @@ class PPOCR:
             raise ModelLoadFailed(f"reader '{name}': {e}") from e
         self.name = name
         self.use_cls = "cls" in files
-        self.batcher: Any = None  # attached by the loader
 
     def check(self, item: ReadItem) -> None:
         if item.prompt:
@@ -145,6 +148,4 @@ class PPOCR:
         return out
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.engine = None

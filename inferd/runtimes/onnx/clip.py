@@ -19,8 +19,10 @@ import numpy as np
 
 from inferd.errors import ModelLoadFailed
 from inferd.runtimes.onnx.image_prep import ImagePrep
-from inferd.runtimes.onnx.pooling import l2_normalize
-from inferd.runtimes.onnx.prefixes import prefixes_of, task_prefix
+from inferd.models import ModelSpec
+from inferd.runtimes.common.pooling import l2_normalize
+from inferd.runtimes.common.prefixes import prefixes_of, task_prefix
+from inferd.runtimes.options import RuntimeOptions
 from inferd.runtimes.onnx.tokenize import Encoded, TextTokenizer, pad
 
 log = logging.getLogger("inferd.runtimes.onnx")
@@ -81,6 +83,7 @@ class ClipEmbedder:
     """Satisfies what EncoderVerbs and the image-embedding service need of an embedder."""
 
     sparse = False
+    max_batch_tokens = None  # the server's token budget; an image costs IMAGE_COST
 
     def __init__(self, name: str, folder: Path, manifest: dict[str, Any], threads: int | None = None):
         files = dual_encoder_files(folder)
@@ -103,7 +106,6 @@ class ClipEmbedder:
         self.text_inputs = {i.name for i in self.text.get_inputs()}
         self.prefixes = prefixes_of(manifest)
         self.normalize = bool(manifest.get("normalize", True))
-        self.batcher: Any = None  # attached by the loader
         self.dims = int(self.run_batch(self.tokenizer.encode(["probe"]))[0].shape[-1])
 
     # ---- inputs (any thread) -----------------------------------------------------------------------
@@ -143,6 +145,9 @@ class ClipEmbedder:
         return list(l2_normalize(vecs) if self.normalize else vecs)
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.vision = self.text = None
+
+
+def load(spec: ModelSpec, opts: RuntimeOptions) -> ClipEmbedder:
+    folder = Path(spec.path) if Path(spec.path).is_dir() else Path(spec.path).parent
+    return ClipEmbedder(spec.name, folder, spec.manifest, threads=opts.threads)

@@ -148,8 +148,8 @@ def _center_crop(img: np.ndarray, ch: int, cw: int) -> np.ndarray:
     if h < ch or w < cw:  # pad with zeros first, centred, as transformers does
         nh, nw = max(h, ch), max(w, cw)
         out = np.zeros((nh, nw, img.shape[2]), dtype=img.dtype)
-        t, l = -(-(nh - h) // 2), -(-(nw - w) // 2)
-        out[t:t + h, l:l + w] = img
+        top, left = -(-(nh - h) // 2), -(-(nw - w) // 2)
+        out[top:top + h, left:left + w] = img
         img, h, w = out, nh, nw
     top, left = (h - ch) // 2, (w - cw) // 2
     return img[top:top + ch, left:left + cw]

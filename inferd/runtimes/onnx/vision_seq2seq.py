@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidInput, ModelLoadFailed
+from inferd.models import ModelSpec
+from inferd.runtimes.options import RuntimeOptions
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy
 from inferd.runtimes.onnx.image_prep import ImagePrep
 from inferd.types import ReadItem, ReadOutput
@@ -128,6 +130,8 @@ def token2json(seq: str) -> dict[str, str]:
 class VisionSeq2Seq:
     """TrOCR-style (no prompt) and Donut-style (task prompt, <s_key> fields) readers."""
 
+    max_batch_tokens = 8  # images per batch (the batcher's cost of an image is 1): one encoder pass
+
     def __init__(self, name: str, folder: Path, threads: int | None = None, max_new_tokens_cap: int = 1024):
         from tokenizers import Tokenizer
 
@@ -157,7 +161,6 @@ class VisionSeq2Seq:
         # Learned decoder positions: a sequence can never be longer than this.
         self.max_positions = int((cfg.get("decoder") or {}).get("max_position_embeddings") or 1 << 30)
         self.takes_prompt = self.family == "donut"
-        self.batcher: Any = None  # attached by the loader
 
     # ---- checks (event loop, before any model work) -----------------------------------------
     def check(self, item: ReadItem) -> None:
@@ -215,9 +218,11 @@ class VisionSeq2Seq:
                           tokens=list(prompt) + list(toks))
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.encoder = self.decoder = self.with_past = None
+
+
+def load(spec: ModelSpec, opts: RuntimeOptions) -> VisionSeq2Seq:
+    return VisionSeq2Seq(spec.name, Path(spec.path), threads=opts.threads)
 
 
 def _json(p: Path) -> dict[str, Any]:
