@@ -5,6 +5,7 @@ outputs from transformers saved beside them.
 
 Needs torch + transformers (fixture time only; inferd never imports torch):
     python3 -m venv /tmp/fixenv && /tmp/fixenv/bin/pip install torch transformers onnx onnxscript pillow
+    /tmp/fixenv/bin/pip install --no-deps optimum==2.3.0 optimum-onnx==0.1.0   # merge_decoders
     /tmp/fixenv/bin/python scripts/make_tiny_vision.py [--out tests/fixtures/vision]
 """
 
@@ -178,7 +179,7 @@ def make_trocr(out: Path) -> None:
     model.generation_config.pad_token_id = 1
     processor = ViTImageProcessor(size={"height": 32, "width": 32}, resample=2, image_mean=[0.5] * 3,
                                   image_std=[0.5] * 3)
-    _write_ved(out, model, processor, tok, 2, prompts=[None], beams=[1, 3])
+    _write_ved(out, model, processor, tok, 2, prompts=[None], beams=[1, 3], merged=True)
 
 
 def make_donut(out: Path) -> None:
@@ -210,7 +211,7 @@ def make_donut(out: Path) -> None:
     _write_ved(out, model, processor, tok, 2, prompts=[[cord], q], beams=[1, 2])
 
 
-def _write_ved(out: Path, model, processor, tok: Tokenizer, n_layers: int, prompts, beams) -> None:
+def _write_ved(out: Path, model, processor, tok: Tokenizer, n_layers: int, prompts, beams, merged=False) -> None:
     from transformers import PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
@@ -223,6 +224,11 @@ def _write_ved(out: Path, model, processor, tok: Tokenizer, n_layers: int, promp
     pv = torch.cat([processor(images=im, return_tensors="pt").pixel_values for im in images])
     np.save(out / "pixel_values.npy", pv.numpy().astype(np.float32))
     export_ved(model, n_layers, pv, out)
+    if merged:  # optimum's merged decoder (one graph, `use_cache_branch` picks the branch), as hub exports ship
+        from optimum.onnx import merge_decoders
+
+        merge_decoders(out / "decoder_model.onnx", out / "decoder_with_past_model.onnx", strict=False,
+                       save_path=out / "decoder_model_merged.onnx")
     ref = references(model, processor, images, prompts, 12, beams)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok)
     for c in ref["cases"]:

@@ -163,3 +163,17 @@ def test_catalog_lists_encoder_decoder_readers(srv):
     readers = httpx.get(srv.url + "/ai/v1/models").json()["readers"]
     assert set(readers) == {"trocr-tiny", "trocr-beam", "donut-tiny", "donut-beam"}
     assert "fields" in readers["donut-tiny"]["capabilities"] and readers["trocr-tiny"]["inputs"] == ["image"]
+
+
+def test_merged_decoder_tokens_equal_reference(tmp_path):
+    """optimum's decoder_model_merged.onnx alone (as hub exports ship it): the same tokens."""
+    d = tmp_path / "trocr-merged"
+    shutil.copytree(VISION / "trocr-tiny", d)
+    (d / "decoder_model.onnx").unlink()
+    (d / "decoder_with_past_model.onnx").unlink()
+    rt = VisionSeq2Seq("trocr-merged", d, threads=1)
+    assert rt.merged
+    for c in _ref("trocr-tiny")["cases"]:
+        out = rt.run_batch([ReadItem(np.asarray(_image("trocr-tiny", c["image"])), None, 12)],
+                           num_beams=c["num_beams"])[0]
+        assert out.tokens == c["tokens"], c

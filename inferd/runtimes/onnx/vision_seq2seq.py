@@ -27,7 +27,7 @@ from inferd.types import ReadItem, ReadOutput
 
 log = logging.getLogger("inferd.runtimes.onnx")
 
-REQUIRED = ("encoder_model.onnx", "decoder_model.onnx", "preprocessor_config.json", "tokenizer.json")
+REQUIRED = ("encoder_model.onnx", "preprocessor_config.json", "tokenizer.json")
 
 
 def _session(path: Path, threads: int | None):
@@ -52,10 +52,15 @@ def _find(folder: Path, name: str) -> Path | None:
 
 
 class _Decoder:
-    """The `Step` of decoding.py over the two decoder graphs, for one encoder batch."""
+    """The `Step` of decoding.py over the decoder graphs, for one encoder batch: either
+    decoder_model (first pass) + decoder_with_past_model (one token more), or one merged graph
+    (`use_cache_branch` false for the first pass, with empty past inputs, true after; its
+    with-past branch returns placeholders for the cross-attention cache, which is kept from
+    the first pass)."""
 
-    def __init__(self, first, with_past, hidden: np.ndarray, n_layers: int):
-        self.first, self.with_past, self.hidden, self.n = first, with_past, hidden, n_layers
+    def __init__(self, first, with_past, hidden: np.ndarray, n_layers: int, merged: bool = False):
+        self.first, self.with_past, self.hidden, self.n, self.merged = first, with_past, hidden, n_layers, merged
+        self.past_shapes = {i.name: i.shape for i in with_past.get_inputs() if i.name.startswith("past_key_values.")}
         self.first_inputs = {i.name for i in first.get_inputs()}
         self.past_inputs = {i.name for i in with_past.get_inputs()}
         self.first_out = [o.name for o in first.get_outputs()]
@@ -66,6 +71,12 @@ class _Decoder:
         feed = {"input_ids": ids.astype(np.int64), "encoder_hidden_states": hidden}
         if "encoder_attention_mask" in self.first_inputs:
             feed["encoder_attention_mask"] = np.ones(hidden.shape[:2], dtype=np.int64)
+        if self.merged:  # the no-past branch: past inputs must exist, empty along the sequence
+            feed["use_cache_branch"] = np.array([False])
+            for name, shape in self.past_shapes.items():
+                # batch, then the graph's fixed sizes (heads, head dim, a fixed encoder length), 0 for the rest
+                dims = [ids.shape[0] if i == 0 else (d if isinstance(d, int) else 0) for i, d in enumerate(shape)]
+                feed[name] = np.zeros(dims, dtype=np.float32)
         out = dict(zip(self.first_out, self.first.run(self.first_out, {k: v for k, v in feed.items()
                                                                         if k in self.first_inputs})))
         cache = {k.replace("present.", "past_key_values."): v for k, v in out.items() if k.startswith("present.")}
@@ -82,10 +93,12 @@ class _Decoder:
         for k, v in cache.items():
             if k in self.past_inputs:
                 feed[k] = v
+        if self.merged:
+            feed["use_cache_branch"] = np.array([True])
         out = dict(zip(self.past_out, self.with_past.run(self.past_out, feed)))
         new = dict(cache)
         for k, v in out.items():
-            if k.startswith("present."):
+            if k.startswith("present.") and ".encoder." not in k:  # the cross cache never changes
                 new[k.replace("present.", "past_key_values.")] = v
         return out["logits"][:, -1, :], new
 
@@ -145,12 +158,17 @@ class VisionSeq2Seq:
         self.prep = ImagePrep.from_file(folder / "preprocessor_config.json")
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.encoder = _session(_find(folder, "encoder_model.onnx"), threads)
-        self.decoder = _session(_find(folder, "decoder_model.onnx"), threads)
-        past = _find(folder, "decoder_with_past_model.onnx")
-        if past is None:
-            raise ModelLoadFailed(f"reader '{name}': needs decoder_with_past_model.onnx beside decoder_model.onnx "
-                                  "(a merged decoder is not supported yet)")
-        self.with_past = _session(past, threads)
+        first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
+                                                            "decoder_model_merged.onnx"))
+        if first is not None and past is not None:
+            self.decoder = _session(first, threads)
+            self.with_past, self.merged = _session(past, threads), False
+        elif merged is not None:
+            self.decoder = self.with_past = _session(merged, threads)
+            self.merged = True
+        else:
+            raise ModelLoadFailed(f"reader '{name}': needs decoder_model.onnx + decoder_with_past_model.onnx, or "
+                                  f"decoder_model_merged.onnx, in {folder}")
         self.n_layers = sum(1 for i in self.with_past.get_inputs() if i.name.endswith(".decoder.key"))
         self.gen = GenConfig.from_json(gen, {**(cfg.get("decoder") or {}), **cfg})
         start = gen.get("decoder_start_token_id", cfg.get("decoder_start_token_id"))
@@ -188,7 +206,7 @@ class VisionSeq2Seq:
     def run_batch(self, items: Sequence[ReadItem], num_beams: int | None = None) -> list[ReadOutput]:
         pixels = np.stack([self.prep(it.image) for it in items])
         hidden = self.encoder.run(None, {self.encoder.get_inputs()[0].name: pixels})[0]
-        step = _Decoder(self.decoder, self.with_past, hidden, self.n_layers)
+        step = _Decoder(self.decoder, self.with_past, hidden, self.n_layers, self.merged)
         nb = num_beams or self.gen.num_beams
         gen = self.gen if nb == self.gen.num_beams else GenConfig(**{**self.gen.__dict__, "num_beams": nb})
         results: list[list[int] | None] = [None] * len(items)
