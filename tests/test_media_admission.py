@@ -235,3 +235,32 @@ def test_capacity_is_checked_before_any_fetch(tmp_path, image_host):
             release.set()
             fut.result(5)
         assert _read(s, image_host + "/img.png").status_code == 200 and _Images.hits == 1
+
+
+def test_decoding_formats_exif_gif_and_alpha():
+    from inferd.media.images import decode, probe
+
+    # EXIF orientation 6 (the camera was turned): a 40x20 JPEG shows as 20x40
+    img = Image.new("RGB", (40, 20), (255, 0, 0))
+    img.paste((0, 0, 255), (0, 0, 10, 20))  # blue strip on the left edge
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    jpeg = encode(img, "JPEG", exif=exif.tobytes(), quality=95)
+    assert probe(jpeg, "x").width == 40  # the header, as stored
+    rgb = decode(jpeg, "x")
+    assert rgb.shape == (40, 20, 3)
+    assert rgb[2, 10, 2] > 200 and rgb[-3, 10, 0] > 200  # rotated 90 clockwise: blue strip on top
+    # GIF: the first frame only
+    frames = [Image.new("P", (8, 8), 1), Image.new("P", (8, 8), 2)]
+    for f in frames:
+        f.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0] + [0] * 759)
+    buf = __import__("io").BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:])
+    assert tuple(decode(buf.getvalue(), "x")[0, 0]) == (255, 0, 0)
+    # transparency is flattened onto white; grey and palette images come out RGB
+    rgba = Image.new("RGBA", (4, 4), (0, 0, 0, 0))
+    assert tuple(decode(encode(rgba), "x")[0, 0]) == (255, 255, 255)
+    assert decode(encode(Image.new("L", (5, 3), 128), "BMP"), "x").shape == (3, 5, 3)
+    assert decode(encode(Image.new("RGB", (6, 6), (9, 9, 9)), "WEBP", lossless=True), "x")[0, 0].tolist() == [9, 9, 9]
+    with pytest.raises(InvalidInput):
+        probe(encode(Image.new("RGB", (4, 4)), "TIFF"), "x")  # not one of the accepted formats
