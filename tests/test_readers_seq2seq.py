@@ -177,3 +177,17 @@ def test_merged_decoder_tokens_equal_reference(tmp_path):
         out = rt.run_batch([ReadItem(np.asarray(_image("trocr-tiny", c["image"])), None, 12)],
                            num_beams=c["num_beams"])[0]
         assert out.tokens == c["tokens"], c
+
+
+def test_donut_output_becomes_fields():
+    """What Donut generates (its <s_key> tokens are special tokens) -> text without the markup,
+    and flattened fields."""
+    rt = VisionSeq2Seq("donut-tiny", VISION / "donut-tiny", threads=1)
+    cord = rt.prompt_ids("<s_cord-v2>")
+    gen = rt.tokenizer.encode("<s_menu><s_nm>coffee</s_nm><sep/><s_nm>tea</s_nm></s_menu>"
+                              "<s_total>3.50</s_total></s>", add_special_tokens=False).ids
+    assert len(cord) == 1 and rt.tokenizer.token_to_id("<s_total>") in gen
+    out = rt._output(cord, gen)
+    assert out.fields == {"menu.0.nm": "coffee", "menu.1.nm": "tea", "total": "3.50"}
+    assert "<s_" not in out.text and "coffee" in out.text and "3.50" in out.text
+    assert out.prompt_tokens == 1 and out.completion_tokens == len(gen)
