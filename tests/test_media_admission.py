@@ -145,6 +145,8 @@ def test_dimension_pixel_and_byte_excess_are_413_before_loading(tmp_path):
         assert s.service.registry.loaded == {} and s.service.media.held == 0
         assert _read(s, *[big] * 2).status_code == 200
         assert s.service.media.held == 0
+        metrics = httpx.get(s.url + "/metrics").text
+        assert f"inferd_media_pixel_budget_bytes {16 * MiB}" in metrics and "inferd_media_pixel_bytes_reserved 0" in metrics
     with serve(models_dir=str(_models(tmp_path / "b")), max_media_bytes=len(PNG) + 10) as s:
         assert _read(s, data_uri(PNG)).status_code == 200
         r = _read(s, data_uri(PNG), data_uri(PNG))

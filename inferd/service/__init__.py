@@ -105,7 +105,8 @@ class InferenceService:
             "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
             "models_served": len(self.registry.specs), "model_loads_total": self.registry.loads,
             "model_load_failures_total": self.registry.load_failures,
-            "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory}
+            "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory,
+            "media_pixel_bytes_reserved": self.media.held, "media_pixel_budget_bytes": self.media.limits.pixel_bytes}
         return gauges
 
     # ---- generation ---------------------------------------------------------------------------
