@@ -41,7 +41,8 @@ class ImageEmbeddingService:
         self.text = text  # text-only requests, and text models given images (their items become errors)
 
     async def _encode(self, spec: ModelSpec, inputs: Sequence[Any], task: str | None, per_item: bool,
-                      keep_alive: float | None, dimensions: int | None = None) -> tuple[list[Any], int, int, float]:
+                      keep_alive: float | None, dimensions: int | None = None,
+                      truncate: bool = True) -> tuple[list[Any], int, int, float]:
         """Vectors (or per-item errors) for texts, token ids and image refs, in order; plus the
         model's dims, the text tokens used and the load time."""
         refs = [(i, x) for i, x in enumerate(inputs) if isinstance(x, MediaRef)]
@@ -62,7 +63,7 @@ class ImageEmbeddingService:
                         raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {rt.dims}",
                                            "dimensions")
                     rt.prefix(task)  # an unknown task_type is the whole request's error
-                    prepared = await asyncio.to_thread(_prepare, rt, out, task)
+                    prepared = await asyncio.to_thread(_prepare, rt, out, task, truncate)
                     if not per_item:
                         for x in prepared:
                             if isinstance(x, InferdError):
@@ -101,7 +102,8 @@ class ImageEmbeddingService:
             for x in inputs:
                 if isinstance(x, InferdError):
                     raise x
-        items, dims, tokens, load = await self._encode(spec, inputs, task, per_item, keep_alive, dimensions)
+        items, dims, tokens, load = await self._encode(spec, inputs, task, per_item, keep_alive, dimensions,
+                                                       truncate)
         if dimensions is not None:
             from inferd.runtimes.common.pooling import truncate_dims
 
@@ -159,7 +161,7 @@ class ImageEmbeddingService:
         return RerankResult(spec.name, scores, tokens)
 
 
-def _prepare(rt: Any, inputs: Sequence[Any], task: str | None) -> list[Any]:
+def _prepare(rt: Any, inputs: Sequence[Any], task: str | None, truncate: bool = True) -> list[Any]:
     """Tokenize texts and preprocess decoded images (worker thread); bad items in place."""
     out: list[Any] = [None] * len(inputs)
     texts = []
@@ -181,4 +183,9 @@ def _prepare(rt: Any, inputs: Sequence[Any], task: str | None) -> list[Any]:
     if texts:
         for (i, _), enc in zip(texts, rt.prepare([x for _, x in texts], task)):
             out[i] = enc
+    if not truncate:
+        for i, enc in enumerate(out):
+            if getattr(enc, "truncated", False):
+                out[i] = InvalidInput(f"input[{i}] is longer than the model's limit of {rt.max_length} tokens "
+                                      "and truncation is off", "input")
     return out
