@@ -128,7 +128,7 @@ async def check_host(url: str, allow_private: bool, where: str) -> None:
     except OSError:
         raise InvalidInput(f"{where}: cannot resolve host {parts.hostname!r}", where) from None
     for info in infos:
-        if not _public(info[4][0]):
+        if not _public(str(info[4][0])):
             raise InvalidInput(f"{where}: refusing to fetch {parts.hostname!r}: it resolves to a private or "
                                "loopback address (see --allow-private-media-urls)", where)
 

@@ -28,11 +28,11 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.service.chunking import ChunkingService, ChunkResult
 from inferd.service.core import Catalog, available_backends, discover_all
-from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
+from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service.lora import LoraService
-from inferd.service.image_embed import ImageEmbeddingService, Part
+from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.media.sources import MediaRef
@@ -143,10 +143,10 @@ class InferenceService:
         return await self.lora.set(model, name)
 
     # ---- encoders, chunking, tabular ----------------------------------------------------------
-    async def embed(self, model: str | None, inputs: Sequence[EmbedInput], **kw: Any) -> EmbedResult:
+    async def embed(self, model: str | None, inputs: Sequence[ImageEmbedInput], **kw: Any) -> EmbedResult:
         if any(isinstance(x, MediaRef) for x in inputs):  # image parts: media admission first
             return await self.images.embed(model, inputs, **kw)
-        return await self.encoders.embed(model, inputs, **kw)
+        return await self.encoders.embed(model, [x for x in inputs if not isinstance(x, MediaRef)], **kw)
 
     def multimodal_rerank_spec(self, model: str | None) -> ModelSpec:
         return self.images.rerank_spec(model)

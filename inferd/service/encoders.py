@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InferdError, InvalidInput, ModelNotSupported
-from inferd.media.sources import MediaRef
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.runtimes.common.pooling import truncate_dims
@@ -24,9 +23,9 @@ from inferd.service.core import Catalog
 from inferd.service.handles import EmbedderRuntime, EncoderHandle
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
-# Text, token ids, an image reference (served by image_embed.py), or an item a face already
-# found unservable (its error: fails the request unless per_item, then it is that item's error).
-EmbedInput = str | Sequence[int] | MediaRef | InferdError
+# Text, token ids, or an item a face already found unservable (its error: fails the request
+# unless per_item, then it is that item's error).
+EmbedInput = str | Sequence[int] | InferdError
 _INLINE_CHARS = 2000  # inputs this small are tokenized on the event loop (tens of microseconds)
 
 

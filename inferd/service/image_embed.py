@@ -23,10 +23,11 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.core import Catalog
-from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
+from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
 from inferd.service.handles import EncoderHandle, ImageEmbedderRuntime
 
 Part = str | MediaRef
+ImageEmbedInput = EmbedInput | MediaRef  # what /ai/v1/embed(dings) may carry: texts, token ids, images
 
 
 def no_image_support(spec: ModelSpec, where: str) -> CapabilityMissing:
@@ -90,10 +91,11 @@ class ImageEmbeddingService:
         kw: dict[str, Any] = dict(task=task, dimensions=dimensions, truncate=truncate, per_item=per_item,
                                   keep_alive=keep_alive)
         if not any(isinstance(x, MediaRef) for x in inputs):
-            return await self.text.embed(model, inputs, **kw)
+            return await self.text.embed(model, [x for x in inputs if not isinstance(x, MediaRef)], **kw)
         if "image" not in spec.capabilities:  # each image is its item's error (or the request's)
-            return await self.text.embed(model, [no_image_support(spec, f"input[{i}]") if isinstance(x, MediaRef)
-                                                 else x for i, x in enumerate(inputs)], **kw)
+            errs: list[EmbedInput] = [no_image_support(spec, f"input[{i}]") if isinstance(x, MediaRef) else x
+                                      for i, x in enumerate(inputs)]
+            return await self.text.embed(model, errs, **kw)
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
         if dimensions is not None and dimensions < 1:

@@ -70,7 +70,7 @@ def _lazy(module: str, fn: str) -> Callable[[ModelSpec, RuntimeOptions], Any]:
     return build
 
 
-def _embedder(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
+def _embedder(spec: ModelSpec, opts: RuntimeOptions) -> Handle:
     """ONNX embedders; one with a vision graph beside its text graph is a CLIP-style dual
     encoder (runtimes/onnx/clip.py) whose batcher takes texts and images."""
     if "image" in spec.capabilities:
@@ -78,7 +78,7 @@ def _embedder(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
     return _encoder(_lazy("inferd.runtimes.onnx", "load_embedder"))(spec, opts)
 
 
-def _reader(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
+def _reader(spec: ModelSpec, opts: RuntimeOptions) -> Handle:
     """Readers (registry/readers.py says which): PP-OCR (runtimes/ocr) or a vision
     encoder-decoder (runtimes/onnx/vision_seq2seq.py), batched by images. A folder of an
     architecture with no runtime (Florence-2, ...) is refused with its reason."""

@@ -85,7 +85,7 @@ class PPOCR:
             params["EngineConfig.onnxruntime.intra_op_num_threads"] = threads
             params["EngineConfig.onnxruntime.inter_op_num_threads"] = 1
         try:
-            self.engine = RapidOCR(params=params)
+            self.engine: Any = RapidOCR(params=params)
             # Load the three sessions now (the package loads them lazily, on first use).
             self.engine._load_det_model()
             if "cls" in files:

@@ -149,5 +149,7 @@ class ClipEmbedder:
 
 
 def load(spec: ModelSpec, opts: RuntimeOptions) -> ClipEmbedder:
+    if spec.path is None:
+        raise ModelLoadFailed(f"embedder '{spec.name}' has no model folder")
     folder = Path(spec.path) if Path(spec.path).is_dir() else Path(spec.path).parent
     return ClipEmbedder(spec.name, folder, spec.manifest, threads=opts.threads)

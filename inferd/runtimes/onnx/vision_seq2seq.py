@@ -157,7 +157,10 @@ class VisionSeq2Seq:
         self.family = "donut" if (cfg.get("encoder") or {}).get("model_type") == "donut-swin" else "trocr"
         self.prep = ImagePrep.from_file(folder / "preprocessor_config.json")
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self.encoder = _session(_find(folder, "encoder_model.onnx"), threads)
+        encoder = _find(folder, "encoder_model.onnx")
+        if encoder is None:
+            raise ModelLoadFailed(f"reader '{name}': missing encoder_model.onnx in {folder}")
+        self.encoder: Any = _session(encoder, threads)
         first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
                                                             "decoder_model_merged.onnx"))
         if first is not None and past is not None:
@@ -240,6 +243,8 @@ class VisionSeq2Seq:
 
 
 def load(spec: ModelSpec, opts: RuntimeOptions) -> VisionSeq2Seq:
+    if spec.path is None:
+        raise ModelLoadFailed(f"reader '{spec.name}' has no model folder")
     return VisionSeq2Seq(spec.name, Path(spec.path), threads=opts.threads)
 
 
