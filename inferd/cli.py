@@ -57,6 +57,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="fetch http(s) image URLs named in requests (off: data stays on the host)")
     a("--allow-private-media-urls", action="store_const", const=True, default=None,
       help="with --allow-remote-media, also fetch from loopback and private addresses")
+    a("--media-fetch-timeout", type=float, help="seconds a remote image fetch may take (default 10)")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
                                        "here; needs --cluster-config and inferd[cluster]")
