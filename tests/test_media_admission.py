@@ -266,3 +266,21 @@ def test_decoding_formats_exif_gif_and_alpha():
     assert decode(encode(Image.new("RGB", (6, 6), (9, 9, 9)), "WEBP", lossless=True), "x")[0, 0].tolist() == [9, 9, 9]
     with pytest.raises(InvalidInput):
         probe(encode(Image.new("RGB", (4, 4)), "TIFF"), "x")  # not one of the accepted formats
+
+
+def test_remote_fetch_connects_to_the_checked_address(tmp_path, image_host, monkeypatch):
+    """Without --allow-private-media-urls the fetch goes to the address that was checked, with
+    the original Host header (no second DNS lookup to rebind). Loopback counts as public here
+    only so that the test can reach its own image host."""
+    from inferd.media import sources
+
+    target, headers, ext = sources.pinned("https://img.example.com:8443/a.png?x=1", "93.184.216.34")
+    assert target == "https://93.184.216.34:8443/a.png?x=1"
+    assert headers == {"Host": "img.example.com:8443"} and ext == {"sni_hostname": "img.example.com"}
+    assert sources.pinned("http://h/a", "2001:db8::1")[0] == "http://[2001:db8::1]/a"
+    monkeypatch.setattr(sources, "_public", lambda addr: True)
+    host = image_host
+    with serve(models_dir=str(_models(tmp_path)), allow_remote_media=True) as s:
+        assert _read(s, host + "/img.png").status_code == 200
+        assert _read(s, host + "/r/2").status_code == 200
+    assert _Images.hits == 4

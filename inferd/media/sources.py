@@ -114,14 +114,16 @@ def _public(addr: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def check_host(url: str, allow_private: bool, where: str) -> None:
+async def check_host(url: str, allow_private: bool, where: str) -> str | None:
     """Refuse URLs whose host resolves to a loopback, private, link-local or otherwise
-    non-global address (SSRF), unless private URLs are allowed."""
+    non-global address (SSRF), unless private URLs are allowed. Returns the checked address
+    to connect to (None when private URLs are allowed), so that a second DNS answer cannot
+    swap in a private one between the check and the connection (DNS rebinding)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput(f"{where}: only http(s) URLs with a host can be fetched", where)
     if allow_private:
-        return
+        return None
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(parts.hostname, parts.port or 0,
                                                              type=socket.SOCK_STREAM)
@@ -131,6 +133,20 @@ async def check_host(url: str, allow_private: bool, where: str) -> None:
         if not _public(str(info[4][0])):
             raise InvalidInput(f"{where}: refusing to fetch {parts.hostname!r}: it resolves to a private or "
                                "loopback address (see --allow-private-media-urls)", where)
+    if not infos:
+        raise InvalidInput(f"{where}: cannot resolve host {parts.hostname!r}", where)
+    return str(infos[0][4][0])
+
+
+def pinned(url: str, addr: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """(url with its host replaced by the checked address, headers, request extensions): the
+    Host header and the TLS server name (certificate check) stay the original host's."""
+    parts = urlsplit(url)
+    host = f"[{addr}]" if ":" in addr else addr
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    target = parts._replace(netloc=netloc).geturl()
+    host_header = parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else netloc
+    return target, {"Host": host_header}, {"sni_hostname": parts.hostname or addr}
 
 
 async def fetch_url(url: str, limit: int, *, timeout: float, allow_private: bool, where: str) -> bytes:
@@ -142,8 +158,10 @@ async def fetch_url(url: str, limit: int, *, timeout: float, allow_private: bool
     try:
         async with httpx.AsyncClient(follow_redirects=False, timeout=timeout) as client:
             for _ in range(MAX_REDIRECTS + 1):
-                await check_host(url, allow_private, where)
-                async with client.stream("GET", url, headers={"Accept": "image/*"}) as resp:
+                addr = await check_host(url, allow_private, where)
+                target, headers, ext = pinned(url, addr) if addr else (url, {}, {})
+                async with client.stream("GET", target, headers={"Accept": "image/*", **headers},
+                                         extensions=ext) as resp:
                     if resp.is_redirect:
                         url = urljoin(url, resp.headers.get("location", ""))
                         continue
