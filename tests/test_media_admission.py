@@ -284,3 +284,14 @@ def test_remote_fetch_connects_to_the_checked_address(tmp_path, image_host, monk
         assert _read(s, host + "/img.png").status_code == 200
         assert _read(s, host + "/r/2").status_code == 200
     assert _Images.hits == 4
+
+
+def test_capacity_weight_of_image_requests():
+    adm = MediaAdmission(MediaLimits(request_bytes=100 * MiB, pixel_bytes=512 * MiB, max_dimension=0))
+    small = parse_ref(data_uri(PNG), "x")
+    assert adm.weight([small]) == 1 and adm.weight([small] * 5) == 1
+    assert adm.weight([small] * 5, per_two_images=True) == 3  # /read: one unit per two images
+    remote = MediaRef("http", "x", "https://example.com/a.png")
+    assert adm.weight([remote]) == 7  # may read the whole 100 MiB budget: ceil(100 / 16)
+    big = MediaRef("data", "x", "A" * (40 * MiB))  # 30 MiB decoded
+    assert adm.weight([big]) == 2

@@ -1,6 +1,8 @@
 """Media admission: the byte and pixel budgets of image inputs (Antfly's rules, spec 003,
 `/generate` and `/read`), applied after capacity admission and before any model loads.
 
+0. Capacity: a request takes `weight(refs)` admission units (16 MiB of potential bytes each,
+   and for /read at least one per two images), before anything is fetched.
 1. Bytes, per request: encoded media (inline and fetched) may add up to
    min(100 MiB, --max-media-bytes, 16 MiB x --max-concurrent-requests); 0 disables media.
    Inline data counts its exact decoded size, known before decoding; an uploaded file its
@@ -86,6 +88,19 @@ class MediaAdmission:
         self.held = 0                      # pixel bytes reserved by running requests
         self._freed: asyncio.Event | None = None
         self.refused = 0
+
+    def weight(self, refs: Sequence[MediaRef], per_two_images: bool = False) -> int:
+        """Capacity units a request with these images takes (Admission.slot weight): one per
+        16 MiB of the bytes it may bring (inline data by its size; files and remote URLs by
+        what is left of the request's budget, since that is what they may read), and for
+        /read at least one per two images."""
+        budget = self.limits.request_bytes
+        inline = sum(r.inline_bytes for r in refs)
+        potential = min(budget, inline + (budget - inline if any(r.kind != "data" for r in refs) else 0))
+        units = -(-potential // PER_SLOT)
+        if per_two_images:
+            units = max(units, -(-len(refs) // 2))
+        return max(1, units)
 
     # ---- bytes --------------------------------------------------------------------------------
     async def _fetch(self, refs: Sequence[MediaRef], per_item: bool) -> tuple[list[Any], int]:

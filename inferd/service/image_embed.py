@@ -48,7 +48,7 @@ class ImageEmbeddingService:
         model's dims, the text tokens used and the load time."""
         refs = [(i, x) for i, x in enumerate(inputs) if isinstance(x, MediaRef)]
         out: list[Any] = list(inputs)
-        async with self.admission.slot():
+        async with self.admission.slot(self.media.weight([r for _, r in refs])):
             async with self.media.admit([r for _, r in refs], per_item=per_item) as grant:
                 decoded = await decode_all(grant)
                 for (i, _), img in zip(refs, decoded):

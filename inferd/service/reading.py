@@ -68,7 +68,7 @@ class ReadingService:
             raise InvalidInput(f"prompt is longer than {MAX_PROMPT_CHARS} characters", "prompt")
         if prompt is not None and not prompt.strip():
             prompt = None
-        async with self.admission.slot():
+        async with self.admission.slot(self.media.weight(refs, per_two_images=True)):
             async with self.media.admit(refs) as grant:
                 images = await decode_all(grant)
                 for x in images:
