@@ -4,6 +4,7 @@ per-item errors for bad images, and /ai/v1/rerank_multimodal over image and mixe
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import concurrent.futures as cf
 import json
@@ -121,8 +122,6 @@ def test_rerank_multimodal_orders_matching_image_first(srv):
 
 
 def test_concurrent_image_requests_share_batches(srv):
-    rt = None
-
     def one(i):
         r = post(srv, "/ai/v1/embed", {"model": "clip-tiny", "input": [_img_part(i % 4)] * 3})
         assert r.status_code == 200
@@ -132,5 +131,18 @@ def test_concurrent_image_requests_share_batches(srv):
         vecs = list(pool.map(one, range(12)))
     for i, v in enumerate(vecs):
         np.testing.assert_allclose(v, REF["image_embeddings"][i % 4], atol=TOL)
-    rt = srv.service.registry.loaded["clip-tiny"].model
-    assert rt.batcher.stats.items >= 36 and rt.batcher.stats.batches < rt.batcher.stats.items / 3
+
+    # Three requests' images waiting together go through the model in ONE forward pass.
+    handle = srv.service.registry.loaded["clip-tiny"].model
+    rt, batcher = handle.encoder, handle.batcher
+    items = [rt.prepare_image(np.asarray(im)) for im in IMAGES]
+
+    async def three_requests():
+        before = batcher.stats.batches
+        outs = await asyncio.gather(*(batcher.submit_each(items[k:k + 2], [len(x) for x in items[k:k + 2]])
+                                      for k in (0, 1, 2)))
+        return batcher.stats.batches - before, outs
+
+    n_batches, outs = srv.call(three_requests())
+    assert n_batches == 1
+    np.testing.assert_allclose(outs[2][1], REF["image_embeddings"][3], atol=TOL)

@@ -4,11 +4,15 @@ in low contrast; data URIs and uploaded file ids; concurrent requests share batc
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 
 import httpx
+import numpy as np
 import pytest
 from PIL import Image
+
+from inferd.types import ReadItem
 
 from tests.server import serve
 from tests.vision_helpers import INVOICE, data_uri, encode, render, store_file
@@ -75,9 +79,18 @@ def test_concurrent_requests_share_batches(srv):
     with cf.ThreadPoolExecutor(4) as pool:
         texts = list(pool.map(one, urls))
     assert texts == INVOICE
-    rt = srv.service.registry.loaded["pp-ocr"].model
-    rt_batches = rt.batcher.stats
-    assert rt_batches.items >= 4 and rt_batches.batches < rt_batches.items  # at least two shared a batch
+
+    # Images of three requests waiting together are read as ONE batch (one recognition round).
+    batcher = srv.service.registry.loaded["pp-ocr"].model.batcher
+    items = [ReadItem(np.asarray(render([line], pad=30))) for line in INVOICE[1:]]
+
+    async def three_requests():
+        before = batcher.stats.batches
+        outs = await asyncio.gather(*(batcher.submit([it], [1]) for it in items))
+        return batcher.stats.batches - before, [o[0].text for o in outs]
+
+    n_batches, got = srv.call(three_requests(), timeout=120)
+    assert n_batches == 1 and got == INVOICE[1:]
 
 
 def test_prompt_is_refused_by_ocr(srv):
