@@ -124,6 +124,10 @@ LOADERS: dict[tuple[ModelKind, str], Loader] = {
     (ModelKind.READER, "onnx"): _reader,
     (ModelKind.READER, "safetensors"): _reader,
     (ModelKind.READER, "transformers"): _reader,
+    # extraction (runtimes/extract: GLiNER, token and sequence classifiers; runtimes/spacy)
+    (ModelKind.EXTRACTOR, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
+    (ModelKind.EXTRACTOR, "spacy"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
+    (ModelKind.CLASSIFIER, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_classifier")),
     # tabular predictors (runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): _predictor,
 }
