@@ -102,3 +102,10 @@ def test_prompt_is_refused_by_ocr(srv):
 def test_blank_image_reads_no_text(srv):
     body = _read(srv, data_uri(Image.new("RGB", (200, 80), "white")))
     assert body["data"][0]["text"] == "" and body["data"][0]["regions"] == []
+
+
+def test_unreadable_shape_is_400_not_500(srv):
+    r = httpx.post(srv.url + "/ai/v1/read", json={"model": "pp-ocr",
+                                                  "images": [{"url": data_uri(Image.new("RGB", (3000, 1), "white"))}]},
+                   timeout=60)
+    assert r.status_code == 400 and "too thin" in r.json()["message"]

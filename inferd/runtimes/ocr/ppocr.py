@@ -121,8 +121,16 @@ class PPOCR:
         from rapidocr.utils.process_img import map_boxes_to_original
 
         e = self.engine
-        dets = [self._detect(it.image) for it in items]
-        crops = [c for d in dets for c in d[1]]
+        dets: list[Any] = []
+        for it in items:
+            try:
+                dets.append(self._detect(it.image))
+            except Exception as exc:  # noqa: BLE001 - the package rejects some shapes (e.g. 1x3000)
+                h, w = it.image.shape[:2]
+                log.info("PP-OCR could not prepare a %dx%d image: %r", w, h, exc)
+                dets.append(InvalidInput(f"image of {w}x{h} pixels cannot be read (too thin for the text "
+                                         "detector); crop or pad it", "images"))
+        crops = [c for d in dets if not isinstance(d, InvalidInput) for c in d[1]]
         txts: list[str] = []
         scores: list[float] = []
         if crops:
@@ -130,8 +138,13 @@ class PPOCR:
                 crops = e.text_cls(crops).img_list
             rec = e.text_rec(TextRecInput(img=crops, return_word_box=False))
             txts, scores = list(rec.txts or []), list(rec.scores or [])
-        out, at = [], 0
-        for it, (boxes, cs, record) in zip(items, dets):
+        out: list[Any] = []
+        at = 0
+        for it, det in zip(items, dets):
+            if isinstance(det, InvalidInput):  # this image's error; the batch's other images go on
+                out.append(det)
+                continue
+            boxes, cs, record = det
             mine = list(zip(txts[at:at + len(cs)], scores[at:at + len(cs)]))
             at += len(cs)
             regions: list[TextRegion] = []
