@@ -191,3 +191,16 @@ def test_donut_output_becomes_fields():
     assert out.fields == {"menu.0.nm": "coffee", "menu.1.nm": "tea", "total": "3.50"}
     assert "<s_" not in out.text and "coffee" in out.text and "3.50" in out.text
     assert out.prompt_tokens == 1 and out.completion_tokens == len(gen)
+
+
+def test_unpreparable_image_is_400_and_spares_the_batch(srv):
+    strip = {"url": data_uri(Image.new("RGB", (3000, 1)))}
+    r = _post(srv, {"model": "donut-tiny", "prompt": "<s_cord-v2>", "images": [strip]})
+    assert r.status_code == 400 and "cannot be prepared" in r.json()["message"]
+    rt = VisionSeq2Seq("donut-tiny", VISION / "donut-tiny", threads=1)
+    good = ReadItem(np.asarray(_image("donut-tiny", 0)), "<s_cord-v2>", 12)
+    bad = ReadItem(np.zeros((1, 3000, 3), np.uint8), "<s_cord-v2>", 12)
+    outs = rt.run_batch([bad, good])
+    ref = next(c for c in _ref("donut-tiny")["cases"] if c["num_beams"] == 1 and c["image"] == 0
+               and len(c["prompt_ids"]) == 1)
+    assert isinstance(outs[0], Exception) and outs[1].tokens == ref["tokens"]

@@ -171,7 +171,10 @@ def _prepare(rt: Any, inputs: Sequence[Any], task: str | None, truncate: bool = 
         if isinstance(x, InferdError):
             out[i] = x
         elif isinstance(x, np.ndarray):
-            out[i] = rt.prepare_image(x)
+            try:
+                out[i] = rt.prepare_image(x)
+            except InvalidInput as e:  # an image the model's processor cannot take
+                out[i] = InvalidInput(f"input[{i}]: {e.message}", "input")
         elif isinstance(x, str):
             if not x.strip():
                 out[i] = InvalidInput(f"input[{i}] is empty", "input")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ModelLoadFailed
+from inferd.errors import InvalidInput, ModelLoadFailed
 
 IMAGENET_STANDARD = [0.5, 0.5, 0.5]
 OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -129,6 +129,14 @@ class ImagePrep:
         return img
 
     def __call__(self, rgb: np.ndarray) -> np.ndarray:
+        try:
+            return self._prepare(rgb)
+        except ValueError:  # e.g. Donut's thumbnail of a 1x3000 strip rounds an edge to 0
+            h, w = rgb.shape[:2]
+            raise InvalidInput(f"image of {w}x{h} pixels cannot be prepared for this model "
+                               "(an edge shrinks to nothing); crop or pad it", "images") from None
+
+    def _prepare(self, rgb: np.ndarray) -> np.ndarray:
         img = rgb
         if self.kind == "donut":
             img = self._donut(img)

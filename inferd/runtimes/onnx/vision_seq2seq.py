@@ -206,8 +206,25 @@ class VisionSeq2Seq:
         return ids or [self.start_id]
 
     # ---- the batch (worker thread) ----------------------------------------------------------------
-    def run_batch(self, items: Sequence[ReadItem], num_beams: int | None = None) -> list[ReadOutput]:
-        pixels = np.stack([self.prep(it.image) for it in items])
+    def run_batch(self, items: Sequence[ReadItem], num_beams: int | None = None) -> list[Any]:
+        """One output per item; an image that cannot be prepared is its own InvalidInput and
+        the rest of the batch goes on."""
+        prepared: list[Any] = []
+        for it in items:
+            try:
+                prepared.append(self.prep(it.image))
+            except InvalidInput as e:
+                prepared.append(e)
+        ok = [i for i, x in enumerate(prepared) if not isinstance(x, InvalidInput)]
+        results: list[Any] = list(prepared)
+        if ok:
+            outs = self._run([items[i] for i in ok], [prepared[i] for i in ok], num_beams)
+            for i, o in zip(ok, outs):
+                results[i] = o
+        return results
+
+    def _run(self, items: Sequence[ReadItem], pixels_list: list[np.ndarray], num_beams: int | None) -> list[ReadOutput]:
+        pixels = np.stack(pixels_list)
         hidden = self.encoder.run(None, {self.encoder.get_inputs()[0].name: pixels})[0]
         step = _Decoder(self.decoder, self.with_past, hidden, self.n_layers, self.merged)
         nb = num_beams or self.gen.num_beams
@@ -217,6 +234,7 @@ class VisionSeq2Seq:
         groups: dict[tuple, list[int]] = {}
         for i, it in enumerate(items):
             groups.setdefault((tuple(prompts[i]), self.new_tokens(prompts[i], it.max_tokens)), []).append(i)
+
         def gone(rows: list[int]):  # every client of these rows left: stop decoding for nobody
             return lambda: all(items[r].stop is not None and items[r].stop.is_set() for r in rows)
 
