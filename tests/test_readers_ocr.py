@@ -109,3 +109,20 @@ def test_unreadable_shape_is_400_not_500(srv):
                                                   "images": [{"url": data_uri(Image.new("RGB", (3000, 1), "white"))}]},
                    timeout=60)
     assert r.status_code == 400 and "too thin" in r.json()["message"]
+
+
+def test_ppocr_folder_in_models_dir(tmp_path):
+    """Any PP-OCR det/rec(/cls) ONNX set in readers/<name>/ is a reader (here: the same
+    PP-OCRv6 files, linked), served instead of the built-in."""
+    from inferd.runtimes.ocr.ppocr import package_models
+
+    d = tmp_path / "readers" / "my-ocr"
+    d.mkdir(parents=True)
+    for part, src in package_models().items():
+        (d / f"ppocr_{part}.onnx").symlink_to(src)
+    with serve(builtins=True, models_dir=str(tmp_path), threads=2) as s:
+        readers = httpx.get(s.url + "/ai/v1/models").json()["readers"]
+        assert set(readers) == {"my-ocr"}  # a configured reader replaces the built-in
+        body = httpx.post(s.url + "/ai/v1/read", json={"images": [{"url": data_uri(render(INVOICE[2:]))}]},
+                          timeout=120).json()  # the only reader: model may be omitted
+        assert body["model"] == "my-ocr" and body["data"][0]["text"] == "\n".join(INVOICE[2:])
