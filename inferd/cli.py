@@ -49,6 +49,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("-c", "--ctx-size", type=int, help="tokens of context per generator slot (default: manifest or model)")
     a("--cache-dtype", choices=["f16", "bf16", "q8_0", "q4_0", "f32"],
       help="generator KV cache type (default f16; a manifest's cache_dtype wins)")
+    a("--cache-ram", type=int, metavar="MIB",
+      help="host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU (default 0: off)")
     a("--n-gpu-layers", type=int, help="layers llama.cpp offloads to a GPU (default 0; a CPU build has none)")
     a("--max-batch-tokens", type=int, help="token budget of one encoder batch")
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")

@@ -200,3 +200,36 @@ def test_ctx_size_cache_dtype_and_gpu_layer_flags(tmp_path):
         assert r["usage"]["completion_tokens"] == 8
         be = s.service.registry.loaded["tiny"].model.backend
         assert (be.n_ctx_seq, be.cache_dtype) == (48, "bf16")
+
+
+def test_host_ram_prompt_cache_restores_an_evicted_conversation():
+    """--cache-ram: two slots, three conversations. The first one's slot is overwritten, its KV
+    state goes to host memory, and its next turn gets it back (prefilling only the new part),
+    with the tokens a fresh decode gives."""
+    from inferd.registry.discovery import make_spec
+    from inferd.registry.spec import ModelKind
+    from inferd.runtimes.options import RuntimeOptions
+    from inferd.service.loading import LOADERS
+    from tests.test_gen_engine import fresh, go
+
+    spec = make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR)
+    g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=2, cache_ram=32 << 20))
+    try:
+        tok = g.backend.tokenize
+        a = tok("the other one is here " * 12)
+        first = go(g, a, 8, ignore_eos=True).wait()
+        for text in ["world hello there " * 10, "in at is " * 12]:  # evict it
+            go(g, tok(text), 4, ignore_eos=True).wait()
+        assert not any(s.cache[:len(a)] == a for s in g.engine.slots)
+        assert len(g.engine.host_cache) >= 1
+        turn2 = a + first.tokens + tok(" hello world", add_special=False)
+        back = go(g, turn2, 12, ignore_eos=True).wait()
+        assert back.last.usage.cached_prompt_tokens == len(a) + len(first.tokens) - 1
+        assert g.engine.stats.host_cache_restored_tokens == len(a) + len(first.tokens) - 1
+        fresh(g)  # drops slots and host cache alike
+        assert len(g.engine.host_cache) == 0
+        plain = go(g, turn2, 12, ignore_eos=True).wait()
+        assert plain.last.usage.cached_prompt_tokens == 0
+        assert back.tokens == plain.tokens
+    finally:
+        g.close()

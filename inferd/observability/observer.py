@@ -185,6 +185,8 @@ class Observer:
         drafted = F("inferd_speculative_drafted_tokens_total", "counter", "Draft tokens verified by the target.")
         accepted = F("inferd_speculative_accepted_tokens_total", "counter", "Draft tokens the target accepted.")
         shifts = F("inferd_context_shifts_total", "counter", "Context shifts (cache_compaction_ratio).")
+        hostc = F("inferd_host_cache_restored_tokens_total", "counter",
+                  "Prompt tokens restored from the host-RAM prompt cache (--cache-ram).")
         for m, st in sorted(self.gen.items()):
             ttft.add_histogram(st.ttft, model=m)
             itl.add_histogram(st.itl, model=m)
@@ -196,6 +198,7 @@ class Observer:
             drafted.add(st.drafted_tokens, model=m)
             accepted.add(st.accepted_tokens, model=m)
             shifts.add(st.context_shifts, model=m)
+            hostc.add(st.host_cache_restored_tokens, model=m)
             for reason, n in sorted(st.finished.items()):
                 fin.add(n, model=m, reason=reason)
 
@@ -256,5 +259,5 @@ class Observer:
                 size.add(spec.size_bytes, model=spec.name)
         drain = F("inferd_draining", "gauge", "1 while the server drains (refuses new requests).")
         drain.add(1 if self.drain.draining else 0)
-        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, running, waiting, slots, used, kv, kvt,
+        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, hostc, running, waiting, slots, used, kv, kvt,
                        ebatch, epad, etok, ewait, loaded, rej, lsec, lcount, lfail, res, rss, size, drain])

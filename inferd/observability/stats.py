@@ -22,6 +22,7 @@ class GenStats:
         self.drafted_tokens = 0                           # speculative draft tokens verified
         self.accepted_tokens = 0                          # ... of which the target accepted
         self.context_shifts = 0                           # cache_compaction_ratio shifts
+        self.host_cache_restored_tokens = 0               # prompt tokens restored from --cache-ram
         self.finished: dict[str, int] = {}                # finish reason -> sequences
         self.rejected = 0                                 # refused: the engine's wait queue was full
 

@@ -20,3 +20,4 @@ class RuntimeOptions:
     max_waiting: int = 1024                      # generator: jobs that may wait for a slot
     cache_dtype: str = "f16"                     # generator KV cache type (manifest `cache_dtype` wins)
     n_gpu_layers: int = 0                        # layers llama.cpp offloads (0 on a CPU build)
+    cache_ram: int = 0                           # generator: bytes of host-RAM prompt cache per model (0: off)

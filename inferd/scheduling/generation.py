@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
 from inferd.observability.stats import GenStats
 from inferd.scheduling.speculation import Drafters, Speculation
+from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
 
@@ -123,8 +124,11 @@ class GenerationEngine:
     """`max_waiting` bounds the jobs waiting for a slot: beyond it `submit` refuses with
     Overloaded (503 + retry_after_ms), so no request can grow the queue without bound."""
 
-    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024):
+    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0):
         self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
+        # --cache-ram: KV states of evicted sequences in host memory (state_cache.py)
+        self.host_cache = HostCache(host_cache_bytes) if host_cache_bytes > 0 and hasattr(backend, "seq_state") \
+            else None
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
@@ -282,7 +286,19 @@ class GenerationEngine:
                 n = min(common_prefix(s.cache, prompt), limit)
                 if n > donor_keep:
                     donor, donor_keep = s, n
-        if donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
+        restored = False
+        if self.host_cache is not None and job.prompt_cache:
+            self._to_host(own, keep)
+            n, hit = self.host_cache.best(prompt, limit)
+            if hit is not None and n > donor_keep:
+                restored = self._from_host(own, hit, n)
+                if restored:
+                    donor, keep, own.cache = None, n, prompt[:n]
+                else:  # the slot was emptied for the failed restore
+                    keep, own.cache = 0, []
+        if restored:
+            pass
+        elif donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
             self.backend.seq_rm(own.id, -1, -1)
             self.backend.seq_cp(donor.id, own.id, 0, donor_keep)
             own.cache = prompt[:donor_keep]
@@ -354,6 +370,26 @@ class GenerationEngine:
             job.next_token = tok
             self._emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
         return tok
+
+    # ---- host-RAM prompt cache (state_cache.py) ----------------------------------------------
+    def _to_host(self, slot: Slot, keep: int) -> None:
+        """Save the slot's sequence before a new prompt overwrites most of it."""
+        if len(slot.cache) - keep >= HostCache.MIN_TOKENS:
+            try:
+                self.host_cache.put(list(slot.cache), self.backend.seq_state(slot.id))
+            except Exception:
+                log.exception("saving a sequence to the host cache failed")
+
+    def _from_host(self, slot: Slot, key: tuple[int, ...], n: int) -> bool:
+        """Load a saved state into `slot`, cut to its first `n` tokens."""
+        data = self.host_cache.take(key)
+        self.backend.seq_rm(slot.id, -1, -1)
+        if not self.backend.set_seq_state(slot.id, data):
+            log.warning("restoring a sequence from the host cache failed; prefilling it")
+            return False
+        self.backend.seq_rm(slot.id, n, -1)
+        self.stats.host_cache_restored_tokens += n
+        return True
 
     # ---- speculation (speculation.py) and context shift ----------------------------------------
     def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
@@ -469,6 +505,8 @@ class GenerationEngine:
     def _reset_cache(self) -> None:
         for s in self.slots:
             s.cache = []
+        if self.host_cache is not None:  # states computed with the old weights (or a failed step)
+            self.host_cache = HostCache(self.host_cache.capacity)
         try:
             self.backend.clear()
         except Exception:

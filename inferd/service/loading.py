@@ -32,6 +32,7 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
                           max_batch_tokens=settings.max_batch_tokens, max_batch_size=settings.max_batch_size,
                           prefer_quantized=settings.prefer_quantized, n_ctx=settings.ctx_size,
                           cache_dtype=settings.cache_dtype, n_gpu_layers=settings.n_gpu_layers,
+                          cache_ram=settings.cache_ram * 1024 * 1024,
                           # a full engine queue is a 503, never unbounded memory
                           max_waiting=max(settings.max_queued_requests, settings.parallel) * 4)
 
@@ -41,7 +42,8 @@ def _generator(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
     from inferd.runtimes.llama_cpp import load_generator
 
     backend = load_generator(spec, opts)
-    handle = GeneratorHandle(backend, GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting),
+    engine = GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting, host_cache_bytes=opts.cache_ram)
+    handle = GeneratorHandle(backend, engine,
                              make_draft=functools.partial(_draft, backend, opts))
     try:
         handle.warm_up()

@@ -111,6 +111,17 @@ class LlamaContext:
     def clear(self) -> None:
         L.llama_memory_clear(self.mem, True)
 
+    # ---- host copies of one sequence (the host-RAM prompt cache) ----------------------------
+    def seq_state(self, seq: int) -> bytes:
+        n = L.llama_state_seq_get_size(self.ptr, seq)
+        buf = (ctypes.c_uint8 * n)()
+        got = L.llama_state_seq_get_data(self.ptr, buf, n, seq)
+        return bytes(buf[:got])
+
+    def set_seq_state(self, seq: int, data: bytes) -> bool:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return L.llama_state_seq_set_data(self.ptr, buf, len(data), seq) > 0
+
     # ---- LoRA -------------------------------------------------------------------------------
     def set_adapter(self, path: str | None, scale: float = 1.0) -> None:
         """Apply one LoRA adapter (None: base weights). The KV cache was computed with the old

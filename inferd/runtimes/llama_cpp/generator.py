@@ -155,6 +155,12 @@ class LlamaGenerator:
     def can_shift(self) -> bool:
         return self.ctx.can_shift()
 
+    def seq_state(self, seq: int) -> bytes:
+        return self.ctx.seq_state(seq)
+
+    def set_seq_state(self, seq: int, data: bytes) -> bool:
+        return self.ctx.set_seq_state(seq, data)
+
     def argmax(self, row: int) -> int:
         """The greedy token of one row (a draft model's proposal)."""
         return int(self.ctx.logits(row).argmax())
