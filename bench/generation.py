@@ -331,6 +331,7 @@ def main() -> None:
     port = free_port()
     srv = Server([sys.executable, "-m", "inferd", "serve", "--port", str(port), "--threads", str(a.threads),
                   "--parallel", str(slots), "--ctx-size", str(ctx), "--log-level", "warning"], port, "inferd")
+    peer_srv = None
     try:
         # Single stream: alternate the in-process Llama and inferd (idle server meanwhile), best
         # of each, so a change in the machine's background load hits both alike.
@@ -342,29 +343,31 @@ def main() -> None:
             print(f"  single stream: Llama {hl:.1f} tok/s, inferd {single:.1f} tok/s (best so far)", flush=True)
         llm.close()
         spec = speculation_bench(srv.url, a.new_tokens, a.repeat)
-        ours = measure_server(srv, sets, a.new_tokens)
+        binary = a.peer_bin or (None if a.no_peer else peer_bin(a.build_peer))
+        if binary is None and not a.no_peer:
+            print("llama-server is not built: run with --build-peer (about 15 minutes on 2 cores)", file=sys.stderr)
+        if binary is not None:
+            pport = free_port()
+            peer_srv = Server([str(binary), "-m", str(path), "--alias", MODEL, "--host", "127.0.0.1", "--port",
+                               str(pport), "-t", str(a.threads), "-tb", str(a.threads), "-np", str(slots),
+                               "-c", str(slots * ctx), "-b", "512", "--kv-unified", "--cache-reuse", "0",
+                               "--no-cache-prompt", "--cache-ram", "0", "--no-webui"], pport, "llama-server")
+        # Both servers up, idle while the other runs; each stream count on inferd then on the
+        # peer, so a change in the machine's load between counts hits both alike.
+        ours, peer = {}, {} if peer_srv is not None else None
+        for n in counts:
+            ours.update(measure_server(srv, {n: sets[n]}, a.new_tokens))
+            if peer_srv is not None:
+                peer.update(measure_server(peer_srv, {n: peer_sets[n]}, a.new_tokens))
     except Exception:
         print(srv.tail(), file=sys.stderr)
+        if peer_srv is not None:
+            print(peer_srv.tail(), file=sys.stderr)
         raise
     finally:
         srv.close()
-    peer = None
-    binary = a.peer_bin or (None if a.no_peer else peer_bin(a.build_peer))
-    if binary is None and not a.no_peer:
-        print("llama-server is not built: run with --build-peer (about 15 minutes on 2 cores)", file=sys.stderr)
-    if binary is not None:
-        port = free_port()
-        srv = Server([str(binary), "-m", str(path), "--alias", MODEL, "--host", "127.0.0.1", "--port", str(port),
-                      "-t", str(a.threads), "-tb", str(a.threads), "-np", str(slots), "-c", str(slots * ctx),
-                      "-b", "512", "--kv-unified", "--cache-reuse", "0", "--no-cache-prompt", "--cache-ram", "0",
-                      "--no-webui"], port, "llama-server")
-        try:
-            peer = measure_server(srv, peer_sets, a.new_tokens)
-        except Exception:
-            print(srv.tail(), file=sys.stderr)
-            raise
-        finally:
-            srv.close()
+        if peer_srv is not None:
+            peer_srv.close()
 
     print("\n## single stream (tokens/s, end to end incl. prefill)")
     print(f"| llama-cpp-python Llama, in-process | {hl:6.1f} |")
