@@ -309,6 +309,8 @@ def main() -> None:
     ap.add_argument("--build-peer", action="store_true", help="build llama-server if it is not cached")
     ap.add_argument("--peer-bin", type=Path, help="a llama-server binary (default: the cached build)")
     ap.add_argument("--no-raw", action="store_true", help="skip the raw-ceiling loop")
+    ap.add_argument("--no-single", action="store_true", help="skip the in-process single-stream comparison")
+    ap.add_argument("--no-spec", action="store_true", help="skip the n-gram speculation rewrite")
     a = ap.parse_args()
     path = gemma_270m_path()
     from inferd.runtimes.llama_cpp.model import LlamaModel
@@ -335,14 +337,15 @@ def main() -> None:
     try:
         # Single stream: alternate the in-process Llama and inferd (idle server meanwhile), best
         # of each, so a change in the machine's background load hits both alike.
-        llm = HighLevel(path, a.threads)
         hl = single = 0.0
-        for p in singles:
-            hl = max(hl, llm.run(p, a.new_tokens))
-            single = max(single, concurrent(srv.url, [p], a.new_tokens)["tps"])
-            print(f"  single stream: Llama {hl:.1f} tok/s, inferd {single:.1f} tok/s (best so far)", flush=True)
-        llm.close()
-        spec = speculation_bench(srv.url, a.new_tokens, a.repeat)
+        if not a.no_single:
+            llm = HighLevel(path, a.threads)
+            for p in singles:
+                hl = max(hl, llm.run(p, a.new_tokens))
+                single = max(single, concurrent(srv.url, [p], a.new_tokens)["tps"])
+                print(f"  single stream: Llama {hl:.1f} tok/s, inferd {single:.1f} tok/s (best so far)", flush=True)
+            llm.close()
+        spec = None if a.no_spec else speculation_bench(srv.url, a.new_tokens, a.repeat)
         binary = a.peer_bin or (None if a.no_peer else peer_bin(a.build_peer))
         if binary is None and not a.no_peer:
             print("llama-server is not built: run with --build-peer (about 15 minutes on 2 cores)", file=sys.stderr)
@@ -369,14 +372,16 @@ def main() -> None:
         if peer_srv is not None:
             peer_srv.close()
 
-    print("\n## single stream (tokens/s, end to end incl. prefill)")
-    print(f"| llama-cpp-python Llama, in-process | {hl:6.1f} |")
-    print(f"| inferd, HTTP streaming             | {single:6.1f} | {single / hl:.2f}x (target >= 0.95x) |")
-    print("\n## n-gram speculation, single stream, rewrite-the-passage prompt (/ai/v1/generate, greedy)")
-    print(f"| plain | {spec['plain']:.1f} tok/s |")
-    print(f"| draft_model: ngram | {spec['ngram']:.1f} tok/s | {spec['ngram'] / spec['plain']:.2f}x (target >= 1.5x) "
-          f"| same text: {spec['same']} | accepted {spec['sp'].get('accepted_tokens')}/"
-          f"{spec['sp'].get('drafted_tokens')} |")
+    if hl:
+        print("\n## single stream (tokens/s, end to end incl. prefill)")
+        print(f"| llama-cpp-python Llama, in-process | {hl:6.1f} |")
+        print(f"| inferd, HTTP streaming             | {single:6.1f} | {single / hl:.2f}x (target >= 0.95x) |")
+    if spec:
+        print("\n## n-gram speculation, single stream, rewrite-the-passage prompt (/ai/v1/generate, greedy)")
+        print(f"| plain | {spec['plain']:.1f} tok/s |")
+        print(f"| draft_model: ngram | {spec['ngram']:.1f} tok/s | {spec['ngram'] / spec['plain']:.2f}x "
+              f"(target >= 1.5x) | same text: {spec['same']} | accepted {spec['sp'].get('accepted_tokens')}/"
+              f"{spec['sp'].get('drafted_tokens')} |")
     print("\n## concurrent streams (aggregate tok/s; ttft and inter-token latency p50/p95)")
     print("| streams | inferd tok/s | ttft p50/p95 | itl p50/p95 | llama-server tok/s | ttft p50/p95 | itl p50/p95 "
           "| tok/s ratio |")
