@@ -25,6 +25,8 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     a("--ml-dir", help="tabular predictors folder (default ~/.inferd/ml)")
     a("--model", action="append", dest="models", metavar="[KIND:]NAME=PATH",
       help="serve one more model by hand; repeatable")
+    a("--mmproj", action="append", dest="mmproj", metavar="FILE",
+      help="vision projector (mmproj GGUF) of a --model generator, paired in order; repeatable")
     a("--no-builtins", action="store_const", const=False, dest="builtins",
       help="serve only configured models (plus the `fixed` chunker)")
 

@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     models_dir: Path = Path("~/.inferd/models")
     ml_dir: Path = Path("~/.inferd/ml")
     models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    mmproj: Annotated[list[str], NoDecode] = Field(default_factory=list)  # projectors of --model generators
     api_key: SecretStr | None = None
     allow_insecure_public_bind: bool = False
     builtins: bool = True
@@ -105,7 +106,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 
-    @field_validator("models", "cors_origins", mode="before")
+    @field_validator("models", "mmproj", "cors_origins", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> list[str]:
         return _split_list(v)
