@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
+from inferd.observability.stats import GenStats
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
 
@@ -140,6 +141,7 @@ class GenerationEngine:
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
         self._media_slot: Slot | None = None  # the slot whose image span this step decodes
+        self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
         self._thread.start()
 
@@ -152,6 +154,7 @@ class GenerationEngine:
                 raise InferenceFailed(f"the worker of model '{self.name}' died: {self.dead}")
             waiting = len(self.waiting) + len(self._inbox)
             if waiting >= self.max_waiting:
+                self.stats.rejected += 1
                 raise Overloaded(f"model '{self.name}' has {waiting} requests waiting for a slot; retry later",
                                  retry_after_ms=1000)
             self._submitted += 1
@@ -236,6 +239,7 @@ class GenerationEngine:
         rows = self.backend.decode(entries)
         self.steps += 1
         self.batch_sizes[len(entries)] += 1
+        self.stats.batch.observe(len(entries))
         now = time.perf_counter()
         for (seq, toks, _p0, _want), job, row in zip(entries, jobs, rows):
             self.slots[seq].cache.extend(toks)
@@ -289,6 +293,8 @@ class GenerationEngine:
         else:
             own.cache = own.cache[:keep]
         job.slot, job.cached, job.t_admitted = own.id, keep, now
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.cached_tokens += keep
         job.out = TextOut(job.stop)
         own.job, own.last_used = job, now
 
@@ -342,6 +348,9 @@ class GenerationEngine:
         tok = be.sample(job.sampler, row)
         if not job.t_first:
             job.t_first = now
+            self.stats.ttft.observe(now - job.arrived)
+        else:
+            self.stats.itl.observe(now - job.t_last)
         job.t_last = now
         if be.is_eog(tok):
             job.next_token = None
@@ -349,6 +358,7 @@ class GenerationEngine:
             return
         lp = [be.logprob(row, tok, job.top_logprobs)] if job.top_logprobs is not None else []
         job.generated.append(tok)
+        self.stats.generated_tokens += 1
         text = job.out.feed(be.piece(tok))
         slot = self.slots[job.slot]
         if job.out.stopped:
@@ -366,9 +376,9 @@ class GenerationEngine:
         job.next_token = None
         self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
                               usage=job.usage(now)))
-        self._close_job(job)
+        self._close_job(job, reason)
 
-    def _close_job(self, job: Job) -> None:
+    def _close_job(self, job: Job, reason: str = "error") -> None:
         job.done = True
         for chunk in job.media.values():  # native image data, whether or not it was decoded
             try:
@@ -376,6 +386,7 @@ class GenerationEngine:
             except Exception:
                 log.exception("freeing an image chunk failed")
         job.media = {}
+        self.stats.finish(reason, time.perf_counter() - job.arrived)
         if job.slot is not None:
             slot = self.slots[job.slot]
             slot.job, slot.last_used = None, time.perf_counter()
