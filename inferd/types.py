@@ -161,3 +161,18 @@ class Generation:
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     created: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class Image:
+    """A decoded RGB image for a vision generator (8-bit, row-major, height x width x 3)."""
+
+    rgb: bytes
+    width: int
+    height: int
+
+    @property
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.rgb + f"{self.width}x{self.height}".encode()).hexdigest()

@@ -13,11 +13,10 @@ import pytest
 
 from inferd.models import ModelKind
 from inferd.registry.discovery import make_spec
-from inferd.runtimes.llama_cpp.vision import Image
 from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.generation import Job
 from inferd.service.loading import LOADERS
-from inferd.types import SamplingParams
+from inferd.types import Image, SamplingParams
 
 GGUF = Path(__file__).parent / "fixtures" / "gguf"
 

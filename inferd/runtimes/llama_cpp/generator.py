@@ -16,9 +16,9 @@ from inferd.models import ModelSpec, model_ggufs
 from inferd.runtimes.llama_cpp.context import ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
-from inferd.runtimes.llama_cpp.vision import Image, ImageChunk, Projector
+from inferd.runtimes.llama_cpp.vision import ImageChunk, Projector
 from inferd.runtimes.options import RuntimeOptions
-from inferd.types import SamplingParams, TokenLogprob
+from inferd.types import Image, SamplingParams, TokenLogprob
 
 log = logging.getLogger("inferd.llama")
 

@@ -10,7 +10,6 @@ engine calls it between steps) and returns the image's embeddings."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -20,23 +19,11 @@ import numpy as np
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.runtimes.llama_cpp.model import _LOG_CB, LlamaModel
+from inferd.types import Image
 
 log = logging.getLogger("inferd.llama")
 
 _IMAGE = 1  # MTMD_INPUT_CHUNK_TYPE_IMAGE
-
-
-@dataclass(frozen=True)
-class Image:
-    """A decoded RGB image (8-bit, row-major, width x height x 3)."""
-
-    rgb: bytes
-    width: int
-    height: int
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.rgb + f"{self.width}x{self.height}".encode()).hexdigest()
 
 
 @dataclass(eq=False)
