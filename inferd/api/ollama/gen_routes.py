@@ -34,7 +34,7 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
 
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request, svc: InferenceService = Depends(get_service)):
-    if convert.is_load_only(body.prompt, None, body.context):
+    if convert.is_load_only(body.prompt, None, body.context) and not body.images:
         return await _load_only(svc, body, chat=False)
     req = convert.generate_request(body)
     if req.stream:
