@@ -47,6 +47,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--data-dir", help="server data: uploaded files under DIR/files (default ~/.inferd)")
+    a("--max-file-bytes", type=int, help="largest uploaded file (default 32 MiB)")
+    a("--max-files-total-bytes", type=int, help="quota of all uploaded files (default 1 GiB)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
 

@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
     prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
 
+    # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
+    data_dir: Path = Path("~/.inferd")
+    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
+    allow_downloads: bool = False               # a request naming a model that is not local may pull it
+    ollama_registry: str = "https://registry.ollama.ai"
+
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
@@ -84,7 +91,7 @@ class Settings(BaseSettings):
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
 
-    @field_validator("models_dir", "ml_dir", mode="after")
+    @field_validator("models_dir", "ml_dir", "data_dir", mode="after")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()
