@@ -67,9 +67,13 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from inferd.logs import setup_logging
     from inferd.service import InferenceService
 
+    from inferd.registry.pull.cli import prepare_serve
+
     settings = _settings(ns)
     settings.check_bind()
     setup_logging(settings.log_level, settings.log_format)
+    if (rc := prepare_serve(ns, settings)) is not None:  # --hf / --gguf / --print-path
+        return rc
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -97,7 +101,8 @@ def cmd_models(ns: argparse.Namespace) -> int:
     found = discover_all(settings)
     Registry.build(found.specs, lambda s: None)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
-             s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
+             s.source + (f" ({s.manifest['origin']})" if s.manifest.get("origin") else "")
+             + (f" {s.path}" if s.path else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     for r in [head, *rows]:
@@ -114,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the HTTP server")
     _add_settings_flags(serve)
     _serve_flags(serve)
+    from inferd.registry.pull.cli import add_serve_flags
+
+    add_serve_flags(serve)
     serve.set_defaults(func=cmd_serve)
     models = sub.add_parser("models", help="list the models the server would serve")
     _add_settings_flags(models)
@@ -126,9 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands contributed by other modules: fn(subparsers) -> None. Imported here, not
     at the top, so `inferd serve` pays for none of them."""
+    from inferd.registry.pull.cli import register as pull  # light: huggingface_hub is imported on use
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import]
+    return [ml_import, pull]
 
 
 def main(argv: list[str] | None = None) -> int:

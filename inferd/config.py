@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
     max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
     allow_downloads: bool = False               # a request naming a model that is not local may pull it
+    download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
     ollama_registry: str = "https://registry.ollama.ai"
 
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])

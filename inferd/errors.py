@@ -82,6 +82,16 @@ class MemoryBudgetExceeded(InferdError):
     pass
 
 
+class UpstreamFailed(InferdError):
+    """A model source (Hugging Face Hub, an Ollama registry) failed or sent bad bytes."""
+
+    retryable = True
+
+
+class InsufficientStorage(InferdError):
+    """Not enough disk space for a download."""
+
+
 class Cancelled(InferdError):
     """The client went away or /stop was called; nobody is waiting for an answer."""
 
