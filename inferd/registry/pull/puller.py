@@ -56,6 +56,10 @@ def _installed(final: Path, revision: str, dests: list[str]) -> bool:
             and all((final / p).is_file() and (final / p).stat().st_size == n for p, n in have.items()))
 
 
+def _manifest_digest(doc: dict[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
 class Puller:
     def __init__(self, models_dir: Path, *, reserve_bytes: int = 0, prefer_quantized: bool = True,
                  hub: Hub | None = None, ollama_registry: str = "https://registry.ollama.ai"):
@@ -147,8 +151,18 @@ class Puller:
         emit({"status": "pulling manifest"})
         doc, layers, config = reg.manifest(ref)
         folder = f"{ModelKind.GENERATOR.plural}/{ref.folder}"
+        final = self.models_dir / folder
+        revision = _manifest_digest(doc)
+        wanted = [x for x in layers if x.media_type in LAYER_FILES] + ([config] if config else [])
+        dests = list(dict.fromkeys(LAYER_FILES[x.media_type] for x in wanted
+                                   if LAYER_FILES.get(x.media_type) is not None))
         with self.transfers.folder_lock(folder):
-            wanted = [x for x in layers if x.media_type in LAYER_FILES] + ([config] if config else [])
+            if _installed(final, revision, dests):
+                for x in wanted:
+                    emit(self._progress(x.digest, x.size, x.size, x.digest))
+                emit({"status": "verifying sha256 digest"})
+                emit({"status": "success"})
+                return Pulled(ref.served_name, final, ModelKind.GENERATOR)
             self.transfers.check_space([x.remote for x in wanted])
             blobs: dict[str, Path] = {}
             texts: dict[str, str] = {}
@@ -173,8 +187,7 @@ class Puller:
         m: dict[str, Any] = {"name": ref.served_name, "type": "generator", "format": "gguf",
                              "origin": f"{ref.host}/{ref.namespace}/{ref.model}:{ref.tag}",
                              "source": {"registry": reg.base(ref), "model": f"{ref.namespace}/{ref.model}",
-                                        "tag": ref.tag, "revision": "sha256:" + hashlib.sha256(
-                                            json.dumps(doc, sort_keys=True).encode()).hexdigest(),
+                                        "tag": ref.tag, "revision": _manifest_digest(doc),
                                         "layers": [{"mediaType": x.get("mediaType"), "digest": x.get("digest"),
                                                     "size": x.get("size")} for x in doc.get("layers") or []]}}
         tmpl = texts.get(MT + "template")
