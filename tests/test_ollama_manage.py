@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import httpx
 import ollama
@@ -36,8 +37,8 @@ PARAMS = {"stop": ["<|im_end|>"], "temperature": 0, "num_predict": 6}
 def world(tmp_path_factory):
     import huggingface_hub.constants as C
 
-    old = C.HF_HUB_OFFLINE
-    C.HF_HUB_OFFLINE = False
+    old, old_chunk = C.HF_HUB_OFFLINE, C.DOWNLOAD_CHUNK_SIZE
+    C.HF_HUB_OFFLINE, C.DOWNLOAD_CHUNK_SIZE = False, 16 * 1024   # small writes: progress and cancel points
     fake = FakeHub()
     gguf_repo(fake)
     fake.add_ollama("tiny", "1m", [(MT + "model", TINY), (MT + "template", CHATML_GO.encode()),
@@ -50,7 +51,7 @@ def world(tmp_path_factory):
         yield s, fake, models
     mp.undo()
     fake.close()
-    C.HF_HUB_OFFLINE = old
+    C.HF_HUB_OFFLINE, C.DOWNLOAD_CHUNK_SIZE = old, old_chunk
 
 
 def client(s) -> ollama.Client:
@@ -185,3 +186,29 @@ def test_pull_hf_model_with_progress_then_chat_and_load_control(world):
     assert r.status_code == 200 and r.json()["success"] is True
     assert name in [m.model for m in c.ps().models]
     assert httpx.post(s.url + "/models/load", json={"model": "nope/nope:Q1"}).status_code == 404
+
+
+def test_a_client_that_leaves_stops_the_download_and_a_later_pull_resumes(world):
+    s, fake, models = world
+    gguf_repo(fake, "acme/slow-GGUF")
+    first = "Q4_K_M/tiny-Q4_K_M-00001-of-00003.gguf"
+    fake.faults.delay[first] = 0.4                      # 64 KiB every 0.4 s
+    with httpx.stream("POST", s.url + "/api/pull", json={"model": "hf.co/acme/slow-GGUF:Q4_K_M"}, timeout=30) as r:
+        for line in r.iter_lines():
+            if '"completed":' in line and '"completed":0' not in line:
+                break                                   # some bytes arrived: now leave
+    part = next((models / ".downloads").glob("*.part"))
+    deadline = time.time() + 10
+    while True:                                         # the transfer stops at its next chunk
+        size = part.stat().st_size
+        time.sleep(1.0)
+        if part.stat().st_size == size or time.time() > deadline:
+            break
+    assert 0 < part.stat().st_size < SHARDS[0].stat().st_size
+    assert not [x for x in fake.log if "slow-GGUF" in x[1] and "00002-of" in x[1]]   # nothing more was fetched
+    assert "acme/slow-GGUF:Q4_K_M" not in [m.model for m in client(s).list().models]
+    fake.faults.delay.clear()
+    have = part.stat().st_size
+    assert list(client(s).pull("hf.co/acme/slow-GGUF:Q4_K_M", stream=True))[-1].status == "success"
+    gets = [rng for m, p, rng in fake.log if m == "GET" and "slow-GGUF" in p and p.endswith("00001-of-00003.gguf")]
+    assert gets[-1] == f"bytes={have}-"

@@ -74,7 +74,9 @@ def test_multishard_pull_layout_manifest_and_discovery(hub, tmp_path):
     for f, shard in zip(m["source"]["files"], SHARDS):
         assert f["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest() == \
             hashlib.sha256((got.path / f["path"]).read_bytes()).hexdigest()
-    statuses = [e["status"] for e in events]
+    statuses = [e["status"] for e in events if "status" in e]
+    plan = next(e["plan"] for e in events if "plan" in e)
+    assert (plan["label"], plan["total"], len(plan["files"])) == ("Q4_K_M", sum(s.stat().st_size for s in SHARDS), 3)
     assert statuses[0] == "pulling manifest" and statuses[-3:] == ["verifying sha256 digest", "writing manifest",
                                                                    "success"]
     final = {e["digest"]: e for e in events if "digest" in e}

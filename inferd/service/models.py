@@ -5,6 +5,7 @@ unloaded). Its own class with explicit dependencies: settings and the registry."
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import InvalidInput, ModelNotFound, NotFound
+from inferd.errors import InsufficientStorage, InvalidInput, ModelNotFound, NotFound
 from inferd.registry.discovery import MANIFEST, make_spec
 from inferd.registry.pull.install import install, remove_folder
 from inferd.registry.pull.names import is_hub_name, parse_hub
@@ -269,7 +270,12 @@ class ModelManager:
             with open(part, "wb") as f:
                 async for chunk in chunks:
                     h.update(chunk)
-                    f.write(chunk)
+                    try:
+                        f.write(chunk)
+                    except OSError as e:
+                        if e.errno == errno.ENOSPC:
+                            raise InsufficientStorage(f"disk full while receiving blob {digest}") from e
+                        raise
             if h.hexdigest() != digest[7:]:
                 raise InvalidInput(f"uploaded bytes do not match {digest} (got sha256:{h.hexdigest()})", "digest")
             os.replace(part, path)

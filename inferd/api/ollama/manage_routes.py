@@ -74,11 +74,13 @@ async def _progress(work, events: asyncio.Queue) -> AsyncIterator[dict[str, Any]
             get = asyncio.ensure_future(events.get())
             await asyncio.wait({get, task}, return_when=asyncio.FIRST_COMPLETED)
             if get.done():
-                yield _wire(get.result())
+                if "status" in (e := get.result()):
+                    yield _wire(e)
                 continue
             get.cancel()
             while not events.empty():
-                yield _wire(events.get_nowait())
+                if "status" in (e := events.get_nowait()):
+                    yield _wire(e)
             task.result()
             return
     finally:

@@ -43,11 +43,27 @@ class _Bars:
         self.bars: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.n = 0
+        self.total: Any = None
+        self.done: dict[str, int] = {}
+        self.names: dict[str, str] = {}
+
+    def _plan(self, plan: dict[str, Any]) -> None:
+        files = plan["files"]
+        label = f"{plan['label']}  " if plan.get("label") else ""
+        print(f"Downloading: {plan['repo']}  {label}[{len(files)} file{'s' if len(files) != 1 else ''}]",
+              file=sys.stderr)
+        for i, f in enumerate(files, 1):
+            self.names[f["digest"]] = f"{i}/{len(files)}: {f['path'].rsplit('/', 1)[-1]}"
+        if len(files) > 1:
+            self.total = self.tqdm(total=plan["total"], unit="B", unit_scale=True, unit_divisor=1024,
+                                   desc="total", file=sys.stderr, position=0, leave=True, dynamic_ncols=True)
 
     def __call__(self, e: dict[str, Any]) -> None:
         if self.quiet:
             return
         with self.lock:
+            if "plan" in e:
+                return self._plan(e["plan"])
             if "digest" not in e:
                 if e["status"] == "pulling manifest":
                     print("pulling manifest", file=sys.stderr)
@@ -57,16 +73,23 @@ class _Bars:
             bar = self.bars.get(e["digest"])
             if bar is None:
                 self.n += 1
-                name = str(e.get("file") or e["digest"])
+                name = self.names.get(e["digest"]) or f"{self.n}: {e.get('file') or e['digest']}"
                 bar = self.bars[e["digest"]] = self.tqdm(
                     total=e.get("total") or None, unit="B", unit_scale=True, unit_divisor=1024,
-                    desc=f"{self.n}: {name[-40:]}", file=sys.stderr, leave=True, dynamic_ncols=True)
-            bar.update(max(0, int(e.get("completed") or 0) - bar.n))
+                    desc=f"shard {name}"[-48:], file=sys.stderr, leave=True, dynamic_ncols=True)
+            now = int(e.get("completed") or 0)
+            bar.update(max(0, now - bar.n))
+            if self.total is not None:
+                self.total.update(max(0, now - self.done.get(e["digest"], 0)))
+                self.done[e["digest"]] = now
 
     def close(self) -> None:
         for bar in self.bars.values():
             bar.close()
         self.bars.clear()
+        if self.total is not None:
+            self.total.close()
+            self.total = None
 
 
 def pull(name: str, models_dir: Path, settings: Any, *, kind_word: str | None = None, print_path: bool = False,

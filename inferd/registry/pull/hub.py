@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from inferd.errors import InvalidInput, NotFound, NotImplementedYet, UpstreamFailed
+from inferd.errors import InferdError, InvalidInput, NotFound, NotImplementedYet, UpstreamFailed
 from inferd.registry.pull import quants
 from inferd.registry.pull.names import hub_served_name
 from inferd.registry.pull.transfer import Progress, Remote
@@ -77,12 +77,16 @@ class Plan:
 
 
 def _safe_label(label: str) -> str:
-    return re.sub(r"[^\w.-]", "_", label)[:64] or "model"
+    """A folder name from a label the Hub's listing gave (never empty, '.' or '..')."""
+    return re.sub(r"[^\w.-]", "_", label)[:64].lstrip(".") or "model"
 
 
 class Hub:
     def __init__(self, endpoint: str | None = None, token: str | None = None):
-        from huggingface_hub import HfApi, constants
+        try:
+            from huggingface_hub import HfApi, constants
+        except ImportError as e:
+            raise NotImplementedYet("downloading from the Hub needs huggingface_hub: pip install -e '.[models]'") from e
 
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         self.token = token or os.environ.get("HF_TOKEN") or None
@@ -211,8 +215,6 @@ class Hub:
                 http_get(meta.location or url, out, resume_size=offset, headers=build_hf_headers(token=self.token),
                          expected_size=f.size, displayed_filename=f.path, tqdm_class=_reporter(advance))
             except Exception as e:
-                from inferd.errors import InferdError
-
                 if isinstance(e, InferdError):
                     raise
                 raise self._translate(e, plan.repo, f"'{f.path}'") from e

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
-_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9_][\w.-]{0,95}$")   # never "." or ".." parts
 _PART = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 OLLAMA_HOST = "registry.ollama.ai"

@@ -112,6 +112,10 @@ class Puller:
                 return Pulled(plan.served_name, final, plan.kind)
             remotes = [plan.remote(f) for f in plan.files]
             self.transfers.check_space(remotes)
+            # For progress displays only (no "status": the Ollama wire skips it).
+            emit({"plan": {"label": plan.label, "repo": plan.repo, "total": sum(f.size or 0 for f in plan.files),
+                           "files": [{"path": f.path, "size": f.size, "digest": r.key.replace("-", ":", 1)}
+                                     for f, r in zip(plan.files, remotes)]}})
             blobs, fetched = {}, 0
             for f, r in zip(plan.files, remotes):
                 before = self.transfers.have(r)

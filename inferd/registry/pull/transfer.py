@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from inferd.errors import Cancelled, InferdError, InsufficientStorage, UpstreamFailed
+from inferd.errors import Cancelled, InsufficientStorage, UpstreamFailed
 
 log = logging.getLogger("inferd.pull")
 
@@ -212,48 +212,84 @@ class Transfers:
                 if offset:
                     log.info("resuming %s at byte %d of %s", r.name, offset, r.size)
                 try:
-                    with open(part, "ab") as f:
-                        fetch(f, offset, t.advance)
-                        f.flush()
-                        os.fsync(f.fileno())
+                    with open(part, "ab") as raw:
+                        f = _HashingWriter(raw, part, offset, r)
+                        fetch(f, offset, t.advance)  # type: ignore[arg-type]
+                        raw.flush()
+                        os.fsync(raw.fileno())  # durable before the rename that makes it visible
+                        digest = f.hexdigest()
                 except OSError as e:
                     if e.errno == errno.ENOSPC:
                         part.unlink(missing_ok=True)
                         raise InsufficientStorage(f"disk full while downloading {r.name}; the partial "
                                                   "file was removed") from e
                     raise
-                self._verify(r, part)
+                self._verify(r, part, digest)
                 os.replace(part, done)
                 return done
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _verify(self, r: Remote, part: Path) -> None:
+    def _verify(self, r: Remote, part: Path, digest: str | None = None) -> None:
         size = part.stat().st_size
         if r.size is not None and size != r.size:
             part.unlink(missing_ok=True)
             raise UpstreamFailed(f"{r.name}: received {size} bytes, expected {r.size}; the partial file was "
                                  "removed, try again")
         if r.sha256:
-            got = file_sha256(part)
+            got = digest or file_sha256(part)
             if got != r.sha256.lower():
                 part.unlink(missing_ok=True)
                 raise UpstreamFailed(f"{r.name}: sha256 mismatch (expected {r.sha256}, got {got}); the corrupt "
                                      "download was removed")
         elif r.git_sha1:
-            got = git_blob_sha1(part)
+            got = digest or git_blob_sha1(part)
             if got != r.git_sha1.lower():
                 part.unlink(missing_ok=True)
                 raise UpstreamFailed(f"{r.name}: checksum mismatch (expected git blob {r.git_sha1}, got {got}); "
                                      "the corrupt download was removed")
 
 
-@contextlib.contextmanager
-def quiet_errors(what: str):
-    """Turn an unexpected exception of a transfer into a clear UpstreamFailed."""
-    try:
-        yield
-    except InferdError:
-        raise
-    except OSError as e:
-        raise UpstreamFailed(f"{what}: {e}") from e
+class _HashingWriter:
+    """The part file as the fetcher sees it: bytes are hashed as they are written, so a
+    finished download is verified without reading it back. A resumed part is hashed once
+    first; a fetcher that rewinds (a server ignored Range) restarts the hash."""
+
+    def __init__(self, f: BinaryIO, path: Path, offset: int, r: Remote):
+        self.f, self.r = f, r
+        if r.sha256:
+            self.h = hashlib.sha256()
+        elif r.git_sha1:
+            self.h = hashlib.sha1(b"blob %d\0" % r.size) if r.size is not None else None
+        else:
+            self.h = None
+        self.valid = self.h is not None and (r.sha256 is not None or r.size is not None)
+        if self.valid and offset:
+            with open(path, "rb") as old:
+                while chunk := old.read(1 << 20):
+                    self.h.update(chunk)
+
+    def write(self, b: bytes) -> int:
+        if self.valid:
+            self.h.update(b)
+        return self.f.write(b)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self.f.seek(pos, whence)
+
+    def truncate(self, size: int | None = None) -> int:
+        n = self.f.truncate(size)
+        if n == 0 and self.valid:
+            self.h = hashlib.sha256() if self.r.sha256 else hashlib.sha1(b"blob %d\0" % self.r.size)
+        elif self.valid:
+            self.valid = False  # cut somewhere else: _verify reads the file back
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def hexdigest(self) -> str | None:
+        return self.h.hexdigest() if self.valid else None
