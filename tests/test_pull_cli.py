@@ -125,3 +125,18 @@ def test_tty_picker_through_a_pseudo_terminal(hub, tmp_path):
             p.kill()
         os.close(master)
     assert (tmp_path / "generators" / "acme" / "tiny-GGUF" / "Q8_0" / "tiny-Q8_0.gguf").read_bytes() == TINY
+
+
+def test_two_pull_processes_share_one_transfer(hub, tmp_path):
+    hub.faults.delay["Q4_K_M/tiny-Q4_K_M-00001-of-00003.gguf"] = 0.3     # the first one is mid-transfer...
+    cmd = [sys.executable, "-m", "inferd", "pull", f"{REPO}:Q4_K_M", "--models-dir", str(tmp_path), "--print-path"]
+    a = subprocess.Popen(cmd, env=env(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not hub.gets("00001-of-00003.gguf") and time.time() < deadline:
+        time.sleep(0.05)
+    b = subprocess.Popen(cmd, env=env(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    out_a, out_b = a.communicate(60), b.communicate(60)              # ... when the second one starts
+    assert a.returncode == b.returncode == 0, (out_a[1], out_b[1])
+    assert out_a[0] == out_b[0] and out_a[0].strip().endswith(b"tiny-GGUF/Q4_K_M")
+    for i in (1, 2, 3):
+        assert len(hub.gets(f"0000{i}-of-00003.gguf")) == 1            # each file crossed the network once

@@ -144,6 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", help="what the model is, when the repo does not say (embedder, reranker, ...)")
     p.add_argument("--revision", help="a branch, tag or commit of the repo (default main)")
     p.add_argument("--print-path", action="store_true", help="print the model folder on stdout (for scripts)")
+    p.add_argument("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
+                   help="ONNX repos: fetch model.onnx, not the quantized variant")
+    p.add_argument("--ollama-registry", help="Ollama registry URL (default https://registry.ollama.ai)")
+    p.add_argument("--download-reserve-bytes", type=int, help="free disk space the download must leave (default 1 GiB)")
     _add_settings_flags(p)
     p.set_defaults(func=cmd_pull)
 
