@@ -233,3 +233,35 @@ def test_allow_downloads_off_and_on(hub, tmp_path):
     finally:
         del os.environ["HF_ENDPOINT"]
     assert (tmp_path / "generators" / "acme" / "tiny-GGUF" / "Q8_0" / "tiny-Q8_0.gguf").read_bytes() == TINY
+
+
+def test_a_new_revision_fetches_only_changed_files(hub, tmp_path):
+    p = puller(hub, tmp_path)
+    p.pull(f"{REPO}:Q4_K_M")
+    repo = hub.repos[REPO]
+    repo.commit = "fedcba9876543210fedcba9876543210fedcba98"
+    changed = bytearray(repo.files[Q4[2]])
+    changed[-1] ^= 0x01                              # the last byte of the last shard's tensor data
+    repo.files[Q4[2]] = bytes(changed)
+    n = len(hub.log)
+    got = p.pull(f"{REPO}:Q4_K_M")
+    fetched = [x[1].rsplit("/", 1)[-1] for x in hub.log[n:] if x[0] == "GET" and "/resolve/" in x[1]]
+    assert fetched == ["tiny-Q4_K_M-00003-of-00003.gguf"]
+    m = json.loads((got.path / "model_manifest.json").read_text())
+    assert m["source"]["revision"] == repo.commit
+    assert (got.path / "tiny-Q4_K_M-00003-of-00003.gguf").read_bytes() == bytes(changed)
+
+
+def test_onnx_kinds_from_config_and_the_kind_override(hub, tmp_path):
+    from inferd.errors import InvalidInput
+    from inferd.registry.spec import ModelKind
+
+    side = {"config.json": b"{}", "tokenizer.json": (EMBED / "tokenizer.json").read_bytes()}
+    hub.add_repo("acme/rr", {"model.onnx": b"graph", **side}, config={"architectures": ["BertForSequenceClassification"]})
+    hub.add_repo("acme/tok", {"onnx/model.onnx": b"graph", **side},
+                 config={"architectures": ["BertForTokenClassification"]})
+    p = puller(hub, tmp_path)
+    assert p.pull("acme/rr").path == tmp_path / "rerankers" / "acme" / "rr"
+    with pytest.raises(InvalidInput, match="token classifier: it may be a chunker or an extractor"):
+        p.pull("acme/tok")
+    assert p.pull("acme/tok", kind=ModelKind.CHUNKER).path == tmp_path / "chunkers" / "acme" / "tok"

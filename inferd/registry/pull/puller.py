@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +113,7 @@ class Puller:
                 emit({"status": "success"})
                 return Pulled(plan.served_name, final, plan.kind)
             remotes = [plan.remote(f) for f in plan.files]
+            self._reuse_installed(final, plan, remotes)
             self.transfers.check_space(remotes)
             # For progress displays only (no "status": the Ollama wire skips it).
             emit({"plan": {"label": plan.label, "repo": plan.repo, "total": sum(f.size or 0 for f in plan.files),
@@ -136,6 +139,22 @@ class Puller:
         emit({"status": "success"})
         log.info("pulled %s into %s (%d bytes fetched)", plan.served_name, path, fetched)
         return Pulled(plan.served_name, path, plan.kind, fetched)
+
+    def _reuse_installed(self, final: Path, plan: Plan, remotes: list) -> None:
+        """A new revision of a model already here: files whose sha256 did not change are
+        linked from the installed folder instead of fetched again."""
+        try:
+            old = {f["path"]: f.get("sha256") for f in json.loads((final / MANIFEST).read_text())["source"]["files"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        for f, r in zip(plan.files, remotes):
+            src, done = final / plan.dest(f), self.transfers.done_path(r)
+            if r.sha256 and old.get(plan.dest(f)) == r.sha256 and src.is_file() and not done.exists():
+                done.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(src, done)
+                except OSError:
+                    shutil.copyfile(src, done)
 
     @staticmethod
     def _progress(digest: str, total: int | None, completed: int, file: str) -> dict[str, Any]:
