@@ -98,7 +98,7 @@ class Registry:
                         out.write(chunk)
                         got += len(chunk)
                         advance(got, layer.size)
-            except (httpx.TransportError,) as e:  # a cut connection: resume where it stopped
+            except httpx.TransportError as e:  # a cut connection: resume where it stopped
                 if _tries <= 1:
                     raise UpstreamFailed(f"downloading blob {layer.digest} failed: {e}") from e
                 out.flush()
