@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 
 import httpx
 import ollama
 import pytest
 
+from inferd.registry.pull.puller import Pulled
+from inferd.registry.spec import ModelKind
 from tests.fake_hub import FakeHub
 from tests.server import serve
 from tests.test_pull_hub import REPO, SHARDS, TINY, gguf_repo
@@ -145,6 +148,11 @@ def test_copy_delete_create(world, tmp_path):
     assert steps[-1] == "success"
     r = c.generate("blobby", prompt="hi", options={"num_predict": 3, "temperature": 0})
     assert r.done and r.eval_count == 3
+    # create from a GGUF on the server's disk
+    assert c.create(model="local/tiny", from_=str(gguf), system="Local.").status == "success"
+    assert c.show("local/tiny").modelfile.count('SYSTEM """Local."""') == 1
+    assert c.chat("local/tiny", messages=[{"role": "user", "content": "hi"}],
+                  options={"num_predict": 2}).eval_count == 2
     bad = "sha256:" + "0" * 64
     r = httpx.post(f"{s.url}/api/blobs/{bad}", content=b"not those bytes")
     assert r.status_code == 400 and "do not match" in r.json()["error"]
@@ -212,3 +220,35 @@ def test_a_client_that_leaves_stops_the_download_and_a_later_pull_resumes(world)
     assert list(client(s).pull("hf.co/acme/slow-GGUF:Q4_K_M", stream=True))[-1].status == "success"
     gets = [rng for m, p, rng in fake.log if m == "GET" and "slow-GGUF" in p and p.endswith("00001-of-00003.gguf")]
     assert gets[-1] == f"bytes={have}-"
+
+
+def test_load_failures_are_reported_on_the_event_stream(world):
+    s, _, models = world
+    broken = models / "generators" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "model.gguf").write_bytes(b"GGUF this is not a model")
+    s.call(s.service.models_mgr.register(Pulled("broken", broken, ModelKind.GENERATOR)))
+    events: list[dict] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with httpx.stream("GET", s.url + "/models/events", timeout=30) as r:
+            event = None
+            for line in r.iter_lines():
+                if line.startswith(": connected"):
+                    ready.set()
+                elif line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    events.append({"event": event, **json.loads(line[6:])})
+                    if event == "failed":
+                        return
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    assert ready.wait(10)
+    r = httpx.post(s.url + "/models/load", json={"model": "broken"}, timeout=30)
+    assert r.status_code == 500 and "failed to load" in r.json()["error"]["message"]
+    t.join(10)
+    assert [e["event"] for e in events] == ["loading", "failed"]
+    assert events[1]["model"] == "broken" and "failed to load" in events[1]["error"]

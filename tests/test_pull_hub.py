@@ -265,3 +265,12 @@ def test_onnx_kinds_from_config_and_the_kind_override(hub, tmp_path):
     with pytest.raises(InvalidInput, match="token classifier: it may be a chunker or an extractor"):
         p.pull("acme/tok")
     assert p.pull("acme/tok", kind=ModelKind.CHUNKER).path == tmp_path / "chunkers" / "acme" / "tok"
+
+
+def test_the_matching_mmproj_travels_with_the_group(hub, tmp_path):
+    hub.add_repo("acme/vlm-GGUF", {"vlm-Q4_K_M.gguf": TINY, "vlm-Q8_0.gguf": TINY, "mmproj-vlm-Q8_0.gguf": b"p8",
+                                   "mmproj-vlm-F16.gguf": b"p16"})
+    got = puller(hub, tmp_path).pull("acme/vlm-GGUF:Q8_0")
+    assert sorted(p.name for p in got.path.glob("*.gguf")) == ["mmproj-vlm-F16.gguf", "vlm-Q8_0.gguf"]
+    spec = discover(tmp_path, tmp_path / "ml", []).specs[0]
+    assert spec.name == "acme/vlm-GGUF:Q8_0" and "vision" in spec.capabilities
