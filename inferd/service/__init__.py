@@ -64,6 +64,7 @@ class InferenceService:
         self.registry.start()
 
     async def close(self) -> None:
+        self.models_mgr.close()
         await self.registry.close()
 
     # ---- catalog ------------------------------------------------------------------------------

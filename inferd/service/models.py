@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +87,16 @@ class ModelManager:
         if settings.allow_downloads:
             registry.downloadable = self.downloadable
             registry.fetch_missing = self.fetch_missing
-        self._pulls: dict[str, asyncio.Future] = {}
+        # Pulls block on the network and on each other (one pull per model folder): their own
+        # threads, so they never starve the default pool that model loads and file I/O use.
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="inferd-pull")
+        self._running: set[threading.Event] = set()   # cancel flags of the pulls in flight
+
+    def close(self) -> None:
+        """Server shutdown: running pulls stop at their next chunk (their parts stay)."""
+        for c in list(self._running):
+            c.set()
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # ---- pulls --------------------------------------------------------------------------------
     @staticmethod
@@ -125,15 +136,19 @@ class ModelManager:
                 loop.call_soon_threadsafe(on_event, e)
 
         repo_ids_are_hub = hub if hub is not None else True
+        self._running.add(cancel)
         try:
-            pulled = await asyncio.to_thread(self.puller.pull, name, kind=kind, on_event=emit, cancel=cancel,
-                                             insecure=insecure, repo_ids_are_hub=repo_ids_are_hub)
+            pulled = await loop.run_in_executor(self._executor, functools.partial(
+                self.puller.pull, name, kind=kind, on_event=emit, cancel=cancel, insecure=insecure,
+                repo_ids_are_hub=repo_ids_are_hub))
         except asyncio.CancelledError:
             cancel.set()
             raise
         except Exception as e:
             self.events.publish("failed", {"model": name, "error": getattr(e, "message", str(e))})
             raise
+        finally:
+            self._running.discard(cancel)
         return await self.register(pulled)
 
     async def register(self, pulled: Pulled) -> ModelSpec:
