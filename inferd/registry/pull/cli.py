@@ -163,15 +163,37 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     a("--download-reserve-bytes", type=int, help="free disk space a download must leave (default 1 GiB)")
 
 
+def find_local(models_dir: Path, name: str) -> Path | None:
+    """A model pulled before for this Hub reference (any quantization when none is named)."""
+    from inferd.registry.discovery import scan_models_dir, Discovery
+    from inferd.registry.pull.names import hub_served_name, parse_hub
+
+    try:
+        ref = parse_hub(name)
+    except ValueError:
+        return None
+    found = Discovery()
+    scan_models_dir(models_dir, found)
+    want = hub_served_name(ref.repo, ref.selector)
+    for spec in found.specs:
+        src = spec.manifest.get("source") or {}
+        if spec.name.lower() == want.lower() or (ref.selector is None and src.get("repo") == ref.repo):
+            return spec.path
+    return None
+
+
 def prepare_serve(ns: argparse.Namespace, settings: Any) -> int | None:
-    """Handle --hf / --gguf before the server starts; an int is the exit code (--print-path)."""
+    """Handle --hf / --gguf before the server starts; an int is the exit code (--print-path).
+    `--hf` uses a copy pulled before when there is one (no network), else pulls it."""
     path: Path | None = None
     if getattr(ns, "hf", None):
-        try:
-            path = pull(ns.hf, settings.models_dir, settings, print_path=False)
-        except InferdError as e:
-            print(f"inferd serve --hf: {e.message}", file=sys.stderr)
-            return 1
+        path = find_local(settings.models_dir, ns.hf)
+        if path is None:
+            try:
+                path = pull(ns.hf, settings.models_dir, settings, print_path=False)
+            except InferdError as e:
+                print(f"inferd serve --hf: {e.message}", file=sys.stderr)
+                return 1
     if getattr(ns, "gguf", None):
         path = Path(ns.gguf).expanduser().resolve()
         if not path.is_file():

@@ -62,6 +62,8 @@ def parse_hub(name: str) -> HubRef:
         raise ValueError(f"{name!r} is not a Hugging Face repo id (expected org/name[:QUANT|:FILE])")
     if sel and ("\\" in sel or ".." in sel.split("/") or sel.startswith("/")):
         raise ValueError(f"{name!r}: bad quantization or file name {sel!r}")
+    if sel.lower() == "latest":  # Ollama's default tag on hf.co names: the automatic pick
+        sel = ""
     return HubRef(repo, sel or None)
 
 
