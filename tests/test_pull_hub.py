@@ -204,6 +204,11 @@ def test_allow_downloads_off_and_on(hub, tmp_path):
     try:
         with serve(models_dir=str(tmp_path), threads=1, allow_downloads=True, download_reserve_bytes=0) as s:
             assert httpx.get(s.url + "/ai/v1/models").json()["allow_downloads"] is True
+            # Catalogs do not list (or show) what is not downloaded yet.
+            assert httpx.get(f"{s.url}/v1/models/{name}").status_code == 404
+            assert httpx.post(s.url + "/api/show", json={"model": name}).status_code == 404
+            assert httpx.post(s.url + "/models/unload", json={"model": name}).status_code == 404
+            assert hub.log == []
             events: list[str] = []
             ready = threading.Event()
 

@@ -102,6 +102,14 @@ class Registry:
             raise ModelNotSupported(f"model '{name}' is a {spec.kind.value}; this endpoint needs a {wanted}")
         return spec
 
+    def resolve_served(self, name: str | None, kinds: Iterable[ModelKind] | None = None) -> ModelSpec:
+        """resolve() for catalogs: a model not downloaded yet is not served (404)."""
+        spec = self.resolve(name, kinds)
+        if spec.source == "download":
+            kinds = tuple(kinds or ())
+            raise ModelNotFound(spec.name, kinds[0].value if len(kinds) == 1 else None)
+        return spec
+
     def lookup(self, name: str) -> ModelSpec | None:
         """The served model called `name` (or one of its other spellings), else None."""
         return self.specs.get(name) or self._alias(name)

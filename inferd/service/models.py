@@ -306,7 +306,7 @@ class ModelManager:
         return self.registry.specs.get(self.registry.aliases.get(spec.name, spec.name), spec)
 
     async def unload(self, name: str) -> tuple[ModelSpec, bool]:
-        spec = self.registry.resolve(name)
+        spec = self.registry.resolve_served(name)
         return spec, await self.registry.unload(spec.name)
 
 
