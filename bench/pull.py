@@ -57,14 +57,16 @@ def main() -> None:
     size = a.mib * (1 << 20) // a.shards * a.shards
     peer, peer_sha, ours = [], [], []
     sums = {s.rfilename: s.lfs.sha256 for s in HfApi(endpoint=url).model_info(REPO, files_metadata=True).siblings}
-    def run_peer(d: Path) -> None:
+    def run_peer(d: Path) -> None:  # lists the repo too, as a pull must to find a quantization's files
         t0 = time.perf_counter()
+        HfApi(endpoint=url).model_info(REPO, files_metadata=True)
         for n in names:
             hf_hub_download(REPO, n, local_dir=d / "peer", endpoint=url)
         peer.append(time.perf_counter() - t0)
 
     def run_peer_sha(d: Path) -> None:  # the peer plus the check inferd makes: sha256 of each file
         t0 = time.perf_counter()
+        HfApi(endpoint=url).model_info(REPO, files_metadata=True)
         for n in names:
             p = hf_hub_download(REPO, n, local_dir=d / "peer_sha", endpoint=url)
             assert file_sha256(Path(p)) == sums[n]

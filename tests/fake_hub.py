@@ -21,8 +21,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
 
+_SUMS: dict[tuple[int, str], tuple[bytes, str]] = {}
+
+
+def _memo(data: bytes, kind: str) -> str:
+    """Hashes of served bytes, computed once (a real Hub stores them; a benchmark's 256 MiB
+    repo would otherwise be hashed on every listing and HEAD)."""
+    hit = _SUMS.get((id(data), kind))
+    if hit is not None and hit[0] is data:
+        return hit[1]
+    digest = hashlib.sha256(data).hexdigest() if kind == "sha256" else \
+        hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    _SUMS[(id(data), kind)] = (data, digest)
+    return digest
+
+
 def git_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return _memo(data, "git")
+
+
+def sha256(data: bytes) -> str:
+    return _memo(data, "sha256")
 
 
 @dataclass
@@ -150,7 +169,7 @@ class FakeHub:
         for p, data in r.files.items():
             s = {"rfilename": p, "size": len(data), "blobId": git_sha1(data)}
             if r.is_lfs(p):
-                s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                s["lfs"] = {"sha256": sha256(data), "size": len(data), "pointerSize": 134}
                 s["blobId"] = hashlib.sha1(p.encode()).hexdigest()  # the pointer's id, not the content's
             sib.append(s)
         self._json(h, {"id": repo, "modelId": repo, "sha": r.commit, "private": False, "tags": ["gguf"],
@@ -167,7 +186,7 @@ class FakeHub:
             return self._json(h, {"error": "Entry not found"}, 404, {"X-Error-Code": "EntryNotFound"})
         headers = {"X-Repo-Commit": r.commit}
         if r.is_lfs(fpath):
-            sha = hashlib.sha256(data).hexdigest()
+            sha = sha256(data)
             headers.update({"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))})
         else:
             headers["ETag"] = f'"{git_sha1(data)}"'
