@@ -63,6 +63,13 @@ def test_crud_through_openai_client(srv, tmp_path):
     r = httpx.get(f"{srv.url}/v1/files/{a.id}/content")
     assert r.headers["content-type"] == "audio/wav" and r.content == wav()
 
+    # OpenAI's cursor pages: the client follows `after` through has_more.
+    assert [x.id for x in c.files.list(limit=1, order="asc")] == [f.id, a.id]       # auto-paginates
+    page = httpx.get(f"{srv.url}/v1/files", params={"limit": 1}).json()
+    assert (page["has_more"], page["data"][0]["id"]) == (True, page["first_id"])
+    assert httpx.get(f"{srv.url}/v1/files", params={"limit": 0}).status_code == 400
+    assert httpx.get(f"{srv.url}/v1/files", params={"order": "sideways"}).status_code == 400
+
     d = c.files.delete(f.id)
     assert (d.id, d.object, d.deleted) == (f.id, "file", True)
     assert not (tmp_path / "data" / "files" / f.id).exists()

@@ -67,6 +67,11 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+def _public(meta: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI file object: the metadata without our own bookkeeping keys."""
+    return {k: v for k, v in meta.items() if not k.startswith("_")}
+
+
 class FileStore:
     """The files of one data directory. Thread-safe; blocking (call from a worker thread)."""
 
@@ -145,7 +150,7 @@ class FileStore:
                 os.fsync(f.fileno())
             meta = {"id": file_id, "object": "file", "bytes": written, "created_at": int(time.time()),
                     "filename": filename, "purpose": purpose, "content_type": ctype, "status": "processed",
-                    "expires_at": None, "status_details": None}
+                    "expires_at": None, "status_details": None, "_ns": time.time_ns()}  # _ns: listing order
             os.replace(tmp, self.root / file_id)
             self._write_meta(meta)
         except BaseException:
@@ -157,7 +162,7 @@ class FileStore:
         with self._lock:
             self._reserved -= budget
             self._used += written
-        return meta
+        return _public(meta)
 
     def _reserve(self, want: int) -> int:
         """Under the lock: reserve room for an upload of at most `want` bytes (413 if none)."""
@@ -182,7 +187,8 @@ class FileStore:
         with self._lock:
             self._open()
         files = [m for m in self._scan() if purpose is None or m.get("purpose") == purpose]
-        return sorted(files, key=lambda m: (m["created_at"], m["id"]), reverse=True)
+        files.sort(key=lambda m: (m.get("_ns", m["created_at"] * 10**9), m["id"]), reverse=True)
+        return [_public(m) for m in files]
 
     def get(self, file_id: str) -> dict[str, Any]:
         self._check_id(file_id)
@@ -194,7 +200,7 @@ class FileStore:
             raise NotFound(f"no file with id '{file_id}'") from None
         if not (self.root / file_id).is_file():
             raise NotFound(f"no file with id '{file_id}'")
-        return meta
+        return _public(meta)
 
     def delete(self, file_id: str) -> dict[str, Any]:
         meta = self.get(file_id)

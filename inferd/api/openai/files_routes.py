@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
+from typing import Literal
+
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import FileResponse
 
+from inferd.errors import InvalidInput
 from inferd.storage.files import FileStore
 
 router = APIRouter()
@@ -30,10 +33,20 @@ async def upload(request: Request, file: UploadFile = File(...), purpose: str = 
 
 
 @router.get("/v1/files")
-async def list_files(request: Request, purpose: str | None = None) -> dict:
+async def list_files(request: Request, purpose: str | None = None, limit: int = Query(10000, ge=1, le=10000),
+                     order: Literal["asc", "desc"] = "desc", after: str | None = None) -> dict:
+    """OpenAI's cursor page: newest first by default; `after` is the last id of the previous page."""
     files = await asyncio.to_thread(store_of(request).list, purpose)
-    return {"object": "list", "data": files, "has_more": False,
-            "first_id": files[0]["id"] if files else None, "last_id": files[-1]["id"] if files else None}
+    if order == "asc":
+        files.reverse()
+    if after is not None:
+        ids = [f["id"] for f in files]
+        if after not in ids:
+            raise InvalidInput(f"'after': no file with id '{after}' in this listing", "after")
+        files = files[ids.index(after) + 1:]
+    page = files[:limit]
+    return {"object": "list", "data": page, "has_more": len(files) > limit,
+            "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
 
 
 @router.get("/v1/files/{file_id}")
