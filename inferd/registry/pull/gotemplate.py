@@ -1,7 +1,8 @@
 """Ollama chat templates (Go text/template) -> Jinja chat templates, for the subset Ollama's
-library uses: text, `{{ .Field }}`, `if / else if / else / end`, `range .Messages` (also
-`range $i, $_ := .Messages`), the `$last := eq (len (slice $.Messages $i)) 1` idiom,
-`eq ne not and or len`, `$.Root` fields, and `{{-`/`-}}` whitespace trimming. Both kinds of
+library uses: text, `{{ .Field.Path }}`, `{{ . }}`, `if / else if / else / end`, `range`
+(over `.Messages`, `.Tools`, `.ToolCalls`, nested; `range $i, $_ := ...`), the
+`$last := eq (len (slice $.Messages $i)) 1` idiom, `eq ne not and or len json`, `$.Root`
+fields, and `{{-`/`-}}` whitespace trimming. Both kinds of
 template are handled: `.Messages` ones (one pass over the conversation) and legacy
 `.System`/`.Prompt`/`.Response` ones (rendered once per user turn, the last cut at
 `.Response`, as Ollama does). Anything else raises Unsupported and the model keeps the
@@ -15,7 +16,7 @@ _ACTION = re.compile(r"\{\{(-?)(.*?)(-?)\}\}", re.S)
 _TOKEN = re.compile(r'\s*(\(|\)|"(?:[^"\\]|\\.)*"|`[^`]*`|-?\d+|\$?[A-Za-z_]\w*(?:\.\w+)*|\$?(?:\.\w+)+|\$|\.|:=|,)')
 _ROOT = {"System": "ollama_system", "Messages": "messages", "Tools": "tools", "Prompt": "ollama_prompt",
          "Response": "ollama_response", "Think": "enable_thinking"}
-_MSG = {"Role": "role", "Content": "content", "ToolCalls": "tool_calls", "Thinking": "reasoning_content"}
+_MSG = {"Thinking": "reasoning_content", "ToolCalls": "tool_calls"}   # else CamelCase -> snake_case
 _LAST_IDIOM = re.compile(r"^\$(\w+)\s*:=\s*eq\s*\(\s*len\s*\(\s*slice\s+\$\.Messages\s+\$\w+\s*\)\s*\)\s*1$")
 
 
@@ -49,12 +50,19 @@ def _lex(src: str) -> list[tuple[str, str]]:
     return [t for t in out if t != ("text", "")]
 
 
+def _snake(name: str) -> str:
+    return _MSG.get(name) or re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 class _Expr:
-    def __init__(self, src: str, in_range: bool, vars_: dict[str, str]):
+    """One Go template expression -> Jinja. `scope` is the variable of the innermost range
+    (what `.` means there), None at the root."""
+
+    def __init__(self, src: str, scope: str | None, vars_: dict[str, str]):
         self.toks = [t for t in _TOKEN.findall(src)]
         if "".join(self.toks).replace(" ", "") != src.replace(" ", "").replace("\n", "").replace("\t", ""):
             raise Unsupported(f"cannot read template action {src!r}")
-        self.i, self.in_range, self.vars = 0, in_range, vars_
+        self.i, self.scope, self.vars = 0, scope, vars_
 
     def parse(self) -> str:
         out = self._command()
@@ -65,7 +73,7 @@ class _Expr:
     def _command(self) -> str:
         head = self.toks[self.i]
         funcs = {"eq": "==", "ne": "!="}
-        if head in ("eq", "ne", "and", "or", "not", "len"):
+        if head in ("eq", "ne", "and", "or", "not", "len", "json"):
             self.i += 1
             args = []
             while self.i < len(self.toks) and self.toks[self.i] != ")":
@@ -78,6 +86,8 @@ class _Expr:
                 return f"(not {args[0]})"
             if head == "len" and len(args) == 1:
                 return f"({args[0]} | length)"
+            if head == "json" and len(args) == 1:
+                return f"({args[0]} | tojson)"
             if head in ("and", "or") and args:
                 return "(" + f" {head} ".join(args) + ")"
             raise Unsupported(f"{head} with {len(args)} arguments")
@@ -102,41 +112,54 @@ class _Expr:
         return self._field(t)
 
     def _field(self, t: str) -> str:
+        if t == ".":
+            if self.scope is None:
+                raise Unsupported("'.' at the top level")
+            return self.scope
         if t.startswith("$."):
-            path, root = t[2:].split("."), True
+            head, *rest = t[2:].split(".")
+            base = self._root(head, t)
         elif t.startswith("$"):
             name, *rest = t[1:].split(".")
-            if name not in self.vars or rest:
+            if name not in self.vars:
                 raise Unsupported(f"variable {t}")
-            return self.vars[name]
+            base = self.vars[name]
         elif t.startswith("."):
-            path, root = t[1:].split("."), not self.in_range
+            head, *rest = t[1:].split(".")
+            base = f"{self.scope}.{_snake(head)}" if self.scope else self._root(head, t)
         else:
             raise Unsupported(f"function {t!r}")
-        if root:
-            if len(path) != 1 or path[0] not in _ROOT:
-                raise Unsupported(f"field {t}")
-            return _ROOT[path[0]]
-        if len(path) != 1 or path[0] not in _MSG:
-            raise Unsupported(f"message field {t}")
-        return f"m.{_MSG[path[0]]}"
+        return ".".join([base, *(_snake(r) for r in rest)])
+
+    @staticmethod
+    def _root(head: str, t: str) -> str:
+        if head not in _ROOT:
+            raise Unsupported(f"field {t}")
+        return _ROOT[head]
+
+
+def _tag(inner: str) -> str:
+    # `+` on both sides: inferd compiles chat templates with trim_blocks and lstrip_blocks,
+    # which would eat the newlines Go keeps around actions.
+    return "{%+ " + inner + " +%}"
 
 
 def _text(s: str) -> str:
-    if "{{" in s or "{%" in s or "{#" in s:
-        return "{% raw %}" + s + "{% endraw %}"
+    if "{{" in s or "{%" in s or "{#" in s:  # literal text that Jinja would read as syntax
+        return "{{ " + repr(s) + " }}"
     return s
 
 
 def _translate(tokens: list[tuple[str, str]], legacy: bool = False) -> str:
     out: list[str] = []
-    stack: list[str] = []
+    stack: list[str] = []          # "if" or the loop variable of a range
     vars_: dict[str, str] = {}
     for kind, body in tokens:
         if kind == "text":
             out.append(_text(body))
             continue
-        in_range = "range" in stack
+        loops = [x for x in stack if x != "if"]
+        scope = loops[-1] if loops else None
         if legacy and body in (".System", "$.System"):
             body = "$sys_turn"
             vars_["sys_turn"] = "ollama_sys_turn"
@@ -147,30 +170,30 @@ def _translate(tokens: list[tuple[str, str]], legacy: bool = False) -> str:
         rest = body[len(word):].strip()
         if word == "if":
             stack.append("if")
-            out.append("{% if " + _Expr(rest, in_range, vars_).parse() + " %}")
+            out.append(_tag("if " + _Expr(rest, scope, vars_).parse()))
         elif word == "else" and rest.startswith("if "):
-            out.append("{% elif " + _Expr(rest[3:], in_range, vars_).parse() + " %}")
+            out.append(_tag("elif " + _Expr(rest[3:], scope, vars_).parse()))
         elif word == "else" and not rest:
-            out.append("{% else %}")
+            out.append(_tag("else"))
         elif word == "end":
             if not stack:
                 raise Unsupported("unbalanced {{ end }}")
-            closed = stack.pop()
-            out.append("{% endif %}" if closed == "if" else "{% endfor %}")
+            out.append(_tag("endif" if stack.pop() == "if" else "endfor"))
         elif word == "range":
-            if in_range:
-                raise Unsupported("nested range")
-            m = re.fullmatch(r"(?:\$(\w+)\s*,\s*\$\w+\s*:=\s*)?(\$?\.Messages)", rest)
+            m = re.fullmatch(r"(?:\$(\w+)\s*,\s*\$\w+\s*:=\s*)?(.+)", rest, re.S)
             if not m:
                 raise Unsupported(f"range over {rest!r}")
+            var = f"it{len(loops)}"
+            out.append(_tag(f"for {var} in " + _Expr(m.group(2), scope, vars_).parse()))
             if m.group(1):
-                vars_[m.group(1)] = "loop.index0"
-            stack.append("range")
-            out.append("{% for m in messages %}")
-        elif (m2 := _LAST_IDIOM.match(body)) and in_range:
-            vars_[m2.group(1)] = "loop.last"
-        elif word.startswith(("$", ".", "(", '"')) or word in ("eq", "ne", "not", "and", "or", "len"):
-            out.append("{{ " + _Expr(body, in_range, vars_).parse() + " }}")
+                vars_[m.group(1)] = f"i{len(loops)}"
+                out.append(_tag(f"set i{len(loops)} = loop.index0"))
+            stack.append(var)
+        elif (m2 := _LAST_IDIOM.match(body)) and scope:
+            vars_[m2.group(1)] = f"last{len(loops) - 1}"
+            out.append(_tag(f"set last{len(loops) - 1} = loop.last"))
+        elif word.startswith(("$", ".", "(", '"')) or word in ("eq", "ne", "not", "and", "or", "len", "json"):
+            out.append("{{ _go(" + _Expr(body, scope, vars_).parse() + ") }}")
         else:
             raise Unsupported(f"template action {body!r}")
     if stack:
@@ -178,9 +201,14 @@ def _translate(tokens: list[tuple[str, str]], legacy: bool = False) -> str:
     return "".join(out)
 
 
-_PRELUDE = ("{%- set ns = namespace(sys=[]) -%}{%- for x in messages if x.role == 'system' -%}"
+# `_go(x)` prints a value as Go's template prints Ollama's types: maps and lists (a tool's
+# function, a call's arguments) as JSON, nothing for a missing value.
+_PRELUDE = ("{%- macro _go(x) -%}{%- if x is none or x is undefined -%}{%- elif x is mapping or "
+            "(x is iterable and x is not string) -%}{{ x | tojson }}{%- else -%}{{ x }}{%- endif -%}"
+            "{%- endmacro -%}"
+            "{%- set ns = namespace(sys=[]) -%}{%- for x in messages if x.role == 'system' -%}"
             "{%- set ns.sys = ns.sys + [x.content] -%}{%- endfor -%}"
-            "{%- set ollama_system = ns.sys | join('\\n\\n') %}")
+            "{%- set ollama_system = ns.sys | join('\\n\\n') +%}")
 
 
 def to_jinja(go: str) -> str:
@@ -198,7 +226,7 @@ def to_jinja(go: str) -> str:
             "{%- for t in turns -%}{%- if t.role == 'user' -%}"
             "{%- set nxt = turns[loop.index0 + 1] if loop.index0 + 1 < turns | length else none -%}"
             "{%- set ollama_prompt = t.content -%}"
-            "{%- set ollama_sys_turn = ollama_system if loop.first else '' %}"
-            "{%- if nxt is not none and nxt.role == 'assistant' -%}{%- set ollama_response = nxt.content %}"
-            + full + "{% else %}{%- set ollama_response = '' %}" + head + "{% endif -%}"
+            "{%- set ollama_sys_turn = ollama_system if loop.first else '' -%}"
+            "{%- if nxt is not none and nxt.role == 'assistant' -%}{%- set ollama_response = nxt.content +%}"
+            + full + "{%+ else -%}{%- set ollama_response = '' +%}" + head + "{%+ endif -%}"
             "{%- endif -%}{%- endfor -%}")
