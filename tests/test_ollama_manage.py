@@ -15,6 +15,7 @@ import httpx
 import ollama
 import pytest
 
+from inferd.registry.discovery import discover
 from inferd.registry.pull.puller import Pulled
 from inferd.registry.spec import ModelKind
 from tests.fake_hub import FakeHub
@@ -75,9 +76,12 @@ def test_pull_library_model_with_streamed_progress_then_chat(world):
     assert {p.digest for p in progress if p.digest} == {x["digest"] for x in
                                                         [*fake.ollama[("library", "tiny", "1m")]["layers"],
                                                          fake.ollama[("library", "tiny", "1m")]["config"]]}
-    folder = models / "generators" / "ollama" / "registry.ollama.ai" / "library" / "tiny" / "1m"
+    folder = models / "generators" / "registry.ollama.ai" / "library" / "tiny" / "1m"
     assert sorted(p.name for p in folder.iterdir()) == ["LICENSE", "model.gguf", "model_manifest.json"]
     assert "tiny:1m" in [m.model for m in c.list().models]
+    # A server started later on this folder finds it again (discovery, not just this process).
+    found = {x.name: x for x in discover(models, models / "ml", []).specs}
+    assert found["tiny:1m"].manifest["system"] == SYSTEM and found["tiny:1m"].manifest["options"] == PARAMS
 
     # It chats right away, with the registry's template, system prompt and parameters.
     r = c.chat("tiny:1m", messages=[{"role": "user", "content": "hello world"}])
@@ -118,6 +122,10 @@ def test_copy_delete_create(world, tmp_path):
     names = [m.model for m in c.list().models]
     assert "mine/tiny:v1" in names and "tiny:1m" in names
     assert c.show("mine/tiny:v1").details.parent_model == "tiny:1m"
+    assert "mine/tiny:v1" in {x.name for x in discover(models, models / "ml", []).specs}   # found after a restart
+    with pytest.raises(ollama.ResponseError) as e:
+        c.copy("tiny:1m", "a/b/c/d:e")                     # deeper than discovery looks
+    assert e.value.status_code == 400 and "invalid model name" in str(e.value)
     assert c.chat("mine/tiny:v1", messages=[{"role": "user", "content": "hi"}]).done
     with pytest.raises(ollama.ResponseError) as e:
         c.copy("tiny:1m", "mine/tiny:v1")
@@ -128,7 +136,7 @@ def test_copy_delete_create(world, tmp_path):
     with pytest.raises(ollama.ResponseError) as e:
         c.delete("mine/tiny:v1")
     assert e.value.status_code == 404
-    assert (models / "generators" / "ollama" / "registry.ollama.ai" / "library" / "tiny" / "1m" / "model.gguf").is_file()
+    assert (models / "generators" / "registry.ollama.ai" / "library" / "tiny" / "1m" / "model.gguf").is_file()
 
     # create from a model, overriding system and parameters
     assert c.create(model="pirate", from_="tiny:1m", system="Talk like a pirate.",

@@ -30,7 +30,8 @@ from inferd.registry.spec import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd.models")
 
-_LOCAL_NAME = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}(/[\w.-]{1,128}){0,3}(:[\w.-]{1,128})?$")
+# At most 4 folder levels under the kind (a/b/c:tag -> a/b/c/tag): as deep as discovery looks.
+_LOCAL_NAME = re.compile(r"^[A-Za-z0-9][\w.-]{0,127}(/[A-Za-z0-9_][\w.-]{0,127}){0,2}(:[A-Za-z0-9_][\w.-]{0,127})?$")
 _EVENT_INTERVAL = 0.1   # seconds between two "downloading" events of one file
 
 
@@ -173,8 +174,8 @@ class ModelManager:
 
     def _folder_for(self, name: str, kind: ModelKind = ModelKind.GENERATOR) -> Path:
         if not _LOCAL_NAME.match(name) or ".." in name.split("/"):
-            raise InvalidInput(f"invalid model name {name!r} (letters, digits, . _ -, up to 4 / parts, "
-                               "one :tag)", "model")
+            raise InvalidInput(f"invalid model name {name!r} (letters, digits, . _ -, at most 3 parts "
+                               "separated by /, and one :tag)", "model")
         return self.models_dir / kind.plural / name.replace(":", "/")
 
     def _free_name(self, name: str, kind: ModelKind) -> Path:

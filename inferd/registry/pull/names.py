@@ -42,8 +42,9 @@ class OllamaRef:
 
     @property
     def folder(self) -> str:
-        """Folder under generators/ (never a path outside it: parts are validated)."""
-        return f"ollama/{self.host.replace(':', '_')}/{self.namespace}/{self.model}/{self.tag}"
+        """Folder under generators/ (never a path outside it: parts are validated). Four levels,
+        as deep as discovery looks; a host has a dot, which no Hub org has, so no clash."""
+        return f"{self.host.replace(':', '_')}/{self.namespace}/{self.model}/{self.tag}"
 
 
 def is_hub_name(name: str) -> bool:
