@@ -111,8 +111,9 @@ class ModelManager:
 
     async def fetch_missing(self, name: str, kind: ModelKind) -> ModelSpec:
         log.info("downloading %s (not local; --allow-downloads)", name)
-        hint = kind if kind in (ModelKind.GENERATOR, ModelKind.EMBEDDER) else None
-        return await self.pull(name, hub=True, kind=hint if hint is ModelKind.EMBEDDER else None)
+        # An embedding request makes a GGUF repo an embedder; otherwise the repo says what it is
+        # (and the registry refuses a kind the endpoint cannot use).
+        return await self.pull(name, hub=True, kind=kind if kind is ModelKind.EMBEDDER else None)
 
     async def pull(self, name: str, on_event: Callable[[dict[str, Any]], None] | None = None, *,
                    hub: bool | None = None, insecure: bool = False, kind: ModelKind | None = None) -> ModelSpec:
