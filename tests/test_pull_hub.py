@@ -279,3 +279,27 @@ def test_the_matching_mmproj_travels_with_the_group(hub, tmp_path):
     assert sorted(p.name for p in got.path.glob("*.gguf")) == ["mmproj-vlm-F16.gguf", "vlm-Q8_0.gguf"]
     spec = discover(tmp_path, tmp_path / "ml", []).specs[0]
     assert spec.name == "acme/vlm-GGUF:Q8_0" and "vision" in spec.capabilities
+
+
+def test_two_quantizations_pulled_at_once_share_their_projector(hub, tmp_path):
+    proj = bytes(range(256)) * 512                       # 128 KiB, slow: both pulls wait on one transfer
+    hub.add_repo("acme/vlm2-GGUF", {"vlm-Q4_K_M.gguf": TINY, "vlm-Q8_0.gguf": TINY, "mmproj-F16.gguf": proj})
+    hub.faults.delay["mmproj-F16.gguf"] = 0.3
+    out, errors = {}, []
+
+    def run(q: str) -> None:
+        try:
+            out[q] = puller(hub, tmp_path).pull(f"acme/vlm2-GGUF:{q}").path
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(q,)) for q in ("Q4_K_M", "Q8_0")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(hub.gets("/mmproj-F16.gguf")) == 1
+    for q in ("Q4_K_M", "Q8_0"):
+        assert (out[q] / "mmproj-F16.gguf").read_bytes() == proj
+    assert [p.name for p in (tmp_path / ".downloads").iterdir() if not p.name.endswith(".lock")] == []

@@ -28,9 +28,9 @@ def _inside(root: Path, rel: str) -> Path:
 
 def install(models_dir: Path, folder: str, files: dict[str, Path], manifest: dict[str, Any],
             texts: dict[str, str] | None = None) -> Path:
-    """Move `files` (destination path in the folder -> verified blob) into
-    `<models_dir>/<folder>/`, with the manifest (its `source.files` filled in here). The blobs
-    are moved, not copied: a blob two folders share is linked when the filesystem allows."""
+    """Link (or, across filesystems, copy) `files` (destination path in the folder -> verified
+    blob) into `<models_dir>/<folder>/`, with the manifest (its `source.files` filled in
+    here). The caller lets go of the blobs afterwards (Transfers.release)."""
     models_dir = Path(models_dir)
     final = _inside(models_dir, folder)
     stage = models_dir / DOWNLOADS / f"stage-{secrets.token_hex(6)}"
@@ -41,7 +41,7 @@ def install(models_dir: Path, folder: str, files: dict[str, Path], manifest: dic
             target = _inside(stage, dest)
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(blob, target)          # keep the blob for another folder pulled from it
+                os.link(blob, target)
             except OSError:
                 shutil.copyfile(blob, target)
             listed.append({"path": dest, "size": target.stat().st_size, "sha256": _sha_of(blob)})
@@ -62,8 +62,6 @@ def install(models_dir: Path, folder: str, files: dict[str, Path], manifest: dic
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    for blob in files.values():  # the folder holds them now; the download area keeps nothing
-        blob.unlink(missing_ok=True)
     return final
 
 

@@ -108,7 +108,8 @@ class Puller:
         with self.transfers.folder_lock(plan.folder):
             if _installed(final, plan.commit, dests):
                 for f in plan.files:
-                    emit(self._progress(plan.remote(f).key, f.size or 0, f.size or 0, plan.dest(f)))
+                    emit(self._progress(plan.remote(f).key.replace("-", ":", 1), f.size or 0, f.size or 0,
+                                        plan.dest(f)))
                 emit({"status": "verifying sha256 digest"})
                 emit({"status": "success"})
                 return Pulled(plan.served_name, final, plan.kind)
@@ -119,26 +120,35 @@ class Puller:
             emit({"plan": {"label": plan.label, "repo": plan.repo, "total": sum(f.size or 0 for f in plan.files),
                            "files": [{"path": f.path, "size": f.size, "digest": r.key.replace("-", ":", 1)}
                                      for f, r in zip(plan.files, remotes)]}})
-            blobs, fetched = {}, 0
-            for f, r in zip(plan.files, remotes):
-                before = self.transfers.have(r)
-                digest = r.key.replace("-", ":", 1)
-                cb = lambda done, total, d=digest, dest=plan.dest(f): emit(self._progress(d, total, done, dest))  # noqa: E731
-                blobs[plan.dest(f)] = self.transfers.get(r, self.hub.fetcher(plan, f), cb, cancel)
-                fetched += max(0, (f.size or 0) - before)
-            emit({"status": "verifying sha256 digest"})
-            emit({"status": "writing manifest"})
-            manifest: dict[str, Any] = {
-                "name": plan.served_name, "type": plan.kind.value, "format": plan.format,
-                "origin": f"hf.co/{plan.repo}@{plan.commit[:12]}",
-                "source": {"hub": self.hub.endpoint, "repo": plan.repo, "revision": plan.commit,
-                           "quantization": plan.label}}
-            if plan.label:
-                manifest["quantization"] = plan.label
-            path = install(self.models_dir, plan.folder, blobs, manifest)
+            blobs, fetched, held, installed = {}, 0, [], False
+            try:
+                for f, r in zip(plan.files, remotes):
+                    before = self.transfers.have(r)
+                    digest = r.key.replace("-", ":", 1)
+                    cb = lambda done, total, d=digest, dest=plan.dest(f): emit(self._progress(d, total, done, dest))  # noqa: E731
+                    blobs[plan.dest(f)] = self.transfers.get(r, self.hub.fetcher(plan, f), cb, cancel)
+                    held.append(r)
+                    fetched += max(0, (f.size or 0) - before)
+                emit({"status": "verifying sha256 digest"})
+                emit({"status": "writing manifest"})
+                path = install(self.models_dir, plan.folder, blobs, self._hub_manifest(plan))
+                installed = True
+            finally:
+                for r in held:
+                    self.transfers.release(r, drop=installed)
         emit({"status": "success"})
         log.info("pulled %s into %s (%d bytes fetched)", plan.served_name, path, fetched)
         return Pulled(plan.served_name, path, plan.kind, fetched)
+
+    def _hub_manifest(self, plan: Plan) -> dict[str, Any]:
+        manifest: dict[str, Any] = {
+            "name": plan.served_name, "type": plan.kind.value, "format": plan.format,
+            "origin": f"hf.co/{plan.repo}@{plan.commit[:12]}",
+            "source": {"hub": self.hub.endpoint, "repo": plan.repo, "revision": plan.commit,
+                       "quantization": plan.label}}
+        if plan.label:
+            manifest["quantization"] = plan.label
+        return manifest
 
     def _reuse_installed(self, final: Path, plan: Plan, remotes: list) -> None:
         """A new revision of a model already here: files whose sha256 did not change are
@@ -189,19 +199,25 @@ class Puller:
             self.transfers.check_space([x.remote for x in wanted])
             blobs: dict[str, Path] = {}
             texts: dict[str, str] = {}
-            for layer in wanted:
-                cb = lambda done, total, d=layer.digest: emit(self._progress(d, total, done, d))  # noqa: E731
-                blob = self.transfers.get(layer.remote, reg.fetcher(ref, layer), cb, cancel)
-                dest = LAYER_FILES.get(layer.media_type)
-                if dest is not None and dest not in blobs:
-                    blobs[dest] = blob
-                else:  # small text layers and the config: read, then dropped
-                    texts[layer.media_type] = blob.read_text(errors="replace")
-                    blob.unlink(missing_ok=True)
-            emit({"status": "verifying sha256 digest"})
-            emit({"status": "writing manifest"})
-            manifest = self._ollama_manifest(ref, reg, doc, texts)
-            path = install(self.models_dir, folder, blobs, manifest)
+            held, installed = [], False
+            try:
+                for layer in wanted:
+                    cb = lambda done, total, d=layer.digest: emit(self._progress(d, total, done, d))  # noqa: E731
+                    blob = self.transfers.get(layer.remote, reg.fetcher(ref, layer), cb, cancel)
+                    held.append(layer.remote)
+                    dest = LAYER_FILES.get(layer.media_type)
+                    if dest is not None and dest not in blobs:
+                        blobs[dest] = blob
+                    else:  # small text layers and the config: read into the manifest
+                        texts[layer.media_type] = blob.read_text(errors="replace")
+                emit({"status": "verifying sha256 digest"})
+                emit({"status": "writing manifest"})
+                manifest = self._ollama_manifest(ref, reg, doc, texts)
+                path = install(self.models_dir, folder, blobs, manifest)
+                installed = True
+            finally:
+                for r in held:
+                    self.transfers.release(r, drop=installed)
         emit({"status": "success"})
         return Pulled(ref.served_name, path, ModelKind.GENERATOR)
 

@@ -103,6 +103,7 @@ class Transfers:
         self._lock = threading.Lock()
         self._active: dict[str, _Transfer] = {}
         self._folder_locks: dict[str, threading.Lock] = {}
+        self._claims: dict[str, int] = {}   # pulls holding a finished file (two quants may share an mmproj)
 
     @classmethod
     def of(cls, models_dir: Path, reserve_bytes: int = 0) -> "Transfers":
@@ -157,6 +158,28 @@ class Transfers:
         (its part stays, for a later resume)."""
         if not _KEY.match(r.key[:80]):
             raise UpstreamFailed(f"{r.name}: unusable checksum from the source")
+        with self._lock:
+            self._claims[r.key] = self._claims.get(r.key, 0) + 1
+        try:
+            return self._get(r, fetch, progress, cancel)
+        except BaseException:
+            self.release(r, drop=False)
+            raise
+
+    def release(self, r: Remote, drop: bool = True) -> None:
+        """A pull is done with the file `get` gave it. Installed (`drop`): the last pull to let
+        go deletes it from the download area. A failed pull keeps it for the next attempt."""
+        with self._lock:
+            n = self._claims.get(r.key, 0) - 1
+            if n > 0:
+                self._claims[r.key] = n
+                return
+            self._claims.pop(r.key, None)
+            if drop and r.key not in self._active:
+                self.done_path(r).unlink(missing_ok=True)
+
+    def _get(self, r: Remote, fetch: Callable[[BinaryIO, int, Progress], None], progress: Progress | None,
+             cancel: threading.Event | None) -> Path:
         done = self.done_path(r)
         if done.is_file():
             if progress:
