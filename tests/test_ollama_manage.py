@@ -194,6 +194,11 @@ def test_pull_hf_model_with_progress_then_chat_and_load_control(world):
     name = f"{REPO}:Q4_K_M"
     r = c.chat(f"hf.co/{name}", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3})
     assert r.done and r.eval_count == 3
+    info = c.show(name)                                    # from the GGUF's own header
+    assert info.modelinfo["llama.context_length"] == 256 and info.modelinfo["general.architecture"] == "llama"
+    assert info.details.family == "llama" and info.details.quantization_level == "Q4_K_M"
+    assert info.template.startswith("{% for m in messages %}<|im_start|>")
+    assert "tokenizer.ggml.tokens" not in info.modelinfo
     # load control
     r = httpx.post(s.url + "/models/unload", json={"model": name})
     assert r.json() == {"success": True, "model": name, "was_loaded": True}

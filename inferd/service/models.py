@@ -92,6 +92,7 @@ class ModelManager:
         # threads, so they never starve the default pool that model loads and file I/O use.
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="inferd-pull")
         self._running: set[threading.Event] = set()   # cancel flags of the pulls in flight
+        self._meta: dict[tuple[str, int], dict[str, Any]] = {}   # GGUF headers by (file, mtime)
 
     def close(self) -> None:
         """Server shutdown: running pulls stop at their next chunk (their parts stay)."""
@@ -299,6 +300,26 @@ class ModelManager:
         finally:
             part.unlink(missing_ok=True)
         return path
+
+    # ---- metadata (Ollama /api/show) ----------------------------------------------------------
+    def gguf_metadata(self, spec: ModelSpec) -> dict[str, Any]:
+        """The GGUF header of a model's weights (first shard), {} if it has none. Blocking."""
+        from inferd.registry.discovery import model_ggufs
+        from inferd.registry.gguf_meta import NotGGUF, read_metadata
+
+        if spec.format != "gguf" or spec.path is None:
+            return {}
+        files = [spec.path] if spec.path.is_file() else model_ggufs(spec.path)
+        if not files:
+            return {}
+        key = (str(files[0]), files[0].stat().st_mtime_ns)
+        if key not in self._meta:
+            try:
+                self._meta[key] = read_metadata(files[0])
+            except (NotGGUF, OSError) as e:
+                log.warning("cannot read the GGUF header of %s: %s", files[0], e)
+                self._meta[key] = {}
+        return self._meta[key]
 
     # ---- load control -------------------------------------------------------------------------
     async def load(self, name: str) -> ModelSpec:

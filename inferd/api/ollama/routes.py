@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from fastapi import APIRouter, Depends
 
 from inferd import __version__
@@ -31,4 +32,5 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
     spec = svc.registry.resolve_served(req.model or req.name, convert.OLLAMA_KINDS)
-    return convert.show(spec, svc.started_at)
+    meta = await asyncio.to_thread(svc.models_mgr.gguf_metadata, spec)
+    return convert.show(spec, svc.started_at, meta)
