@@ -163,8 +163,8 @@ class ModelManager:
         return spec
 
     # ---- management ---------------------------------------------------------------------------
-    def _own(self, name: str) -> ModelSpec:
-        """A served model that lives in models_dir (the only ones inferd may change)."""
+    def _own(self, name: str) -> tuple[ModelSpec, Path]:
+        """A served model that lives in models_dir (the only ones inferd may change), and its path."""
         spec = self.registry.lookup(name)
         if spec is None:
             raise ModelNotFound(name)
@@ -172,7 +172,7 @@ class ModelManager:
                 or not spec.path.resolve().is_relative_to(self.models_dir.resolve()):
             raise InvalidInput(f"model '{name}' is not in the models folder ({spec.source}); inferd only "
                                "changes models it manages there", "model")
-        return spec
+        return spec, spec.path
 
     def _folder_for(self, name: str, kind: ModelKind = ModelKind.GENERATOR) -> Path:
         if not _LOCAL_NAME.match(name) or ".." in name.split("/"):
@@ -189,19 +189,19 @@ class ModelManager:
         return folder
 
     async def delete(self, name: str) -> None:
-        spec = self._own(name)
+        spec, path = self._own(name)
         await self.registry.unload(spec.name)
-        if spec.path.is_dir():
-            await asyncio.to_thread(remove_folder, self.models_dir, spec.path)
+        if path.is_dir():
+            await asyncio.to_thread(remove_folder, self.models_dir, path)
         else:
-            spec.path.unlink()
+            path.unlink()
         self.registry.specs.pop(spec.name, None)
         self.events.publish("deleted", {"model": spec.name})
 
     async def copy(self, source: str, destination: str) -> ModelSpec:
-        spec = self._own(source)
+        spec, path = self._own(source)
         folder = self._free_name(destination, spec.kind)
-        files = _model_files(spec.path)
+        files = _model_files(path)
         manifest = {**spec.manifest, "name": destination, "copied_from": spec.name}
         return await self._install(folder, spec.kind, files, manifest, destination)
 
@@ -224,9 +224,9 @@ class ModelManager:
                     raise NotFound(f"no GGUF file at {source}")
                 blobs[path.name] = path
             else:
-                base = self._own(source)
+                base, base_path = self._own(source)
                 kind = base.kind
-                blobs = _model_files(base.path)
+                blobs = _model_files(base_path)
                 manifest = {**base.manifest, "name": name, "parent_model": base.name}
         else:
             raise InvalidInput("'from' or 'files' is required", "from")

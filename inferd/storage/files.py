@@ -161,16 +161,17 @@ class FileStore:
             raise
         with self._lock:
             self._reserved -= budget
-            self._used += written
+            self._used = (self._used or 0) + written
         return _public(meta)
 
     def _reserve(self, want: int) -> int:
         """Under the lock: reserve room for an upload of at most `want` bytes (413 if none)."""
         if want > self.max_file_bytes:
             self._too_large(want)
-        free = self.max_total_bytes - self._used - self._reserved
+        used = self._used or 0
+        free = self.max_total_bytes - used - self._reserved
         if want > free:
-            raise PayloadTooLarge(f"file storage quota exceeded: {self._used} of {self.max_total_bytes} bytes used "
+            raise PayloadTooLarge(f"file storage quota exceeded: {used} of {self.max_total_bytes} bytes used "
                                   f"(--max-files-total-bytes); delete files to make room")
         self._reserved += want
         return want

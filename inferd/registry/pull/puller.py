@@ -187,8 +187,7 @@ class Puller:
         final = self.models_dir / folder
         revision = _manifest_digest(doc)
         wanted = [x for x in layers if x.media_type in LAYER_FILES] + ([config] if config else [])
-        dests = list(dict.fromkeys(LAYER_FILES[x.media_type] for x in wanted
-                                   if LAYER_FILES.get(x.media_type) is not None))
+        dests = list(dict.fromkeys(d for x in wanted if (d := LAYER_FILES.get(x.media_type)) is not None))
         with self.transfers.folder_lock(folder):
             if _installed(final, revision, dests):
                 for x in wanted:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from inferd.errors import Cancelled, InsufficientStorage, UpstreamFailed
 
@@ -186,10 +186,10 @@ class Transfers:
                 progress(done.stat().st_size, done.stat().st_size)
             return done
         with self._lock:
-            t = self._active.get(r.key)
-            owner = t is None
-            if owner:
-                t = self._active[r.key] = _Transfer()
+            existing = self._active.get(r.key)
+            owner = existing is None
+            t = existing if existing is not None else _Transfer()
+            self._active[r.key] = t
             cancel = cancel or threading.Event()
             t.callers.append(cancel)
             if progress:
@@ -216,7 +216,7 @@ class Transfers:
         finally:
             with self._lock:
                 t.callers.remove(cancel)
-                if progress in t.listeners:
+                if progress is not None and progress in t.listeners:
                     t.listeners.remove(progress)
 
     def _run(self, r: Remote, fetch: Callable[[BinaryIO, int, Progress], None], t: _Transfer) -> Path:
@@ -280,6 +280,7 @@ class _HashingWriter:
 
     def __init__(self, f: BinaryIO, path: Path, offset: int, r: Remote):
         self.f, self.r = f, r
+        self.h: Any
         if r.sha256:
             self.h = hashlib.sha256()
         elif r.git_sha1:
@@ -306,7 +307,7 @@ class _HashingWriter:
     def truncate(self, size: int | None = None) -> int:
         n = self.f.truncate(size)
         if n == 0 and self.valid:
-            self.h = hashlib.sha256() if self.r.sha256 else hashlib.sha1(b"blob %d\0" % self.r.size)
+            self.h = hashlib.sha256() if self.r.sha256 else hashlib.sha1(b"blob %d\0" % (self.r.size or 0))
         elif self.valid:
             self.valid = False  # cut somewhere else: _verify reads the file back
         return n
