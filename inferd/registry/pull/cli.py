@@ -76,7 +76,7 @@ class _Bars:
                 name = self.names.get(e["digest"]) or f"{self.n}: {e.get('file') or e['digest']}"
                 bar = self.bars[e["digest"]] = self.tqdm(
                     total=e.get("total") or None, unit="B", unit_scale=True, unit_divisor=1024,
-                    desc=f"shard {name}"[-48:], file=sys.stderr, leave=True, dynamic_ncols=True)
+                    desc=name[-48:], file=sys.stderr, leave=True, dynamic_ncols=True)
             now = int(e.get("completed") or 0)
             bar.update(max(0, now - bar.n))
             if self.total is not None:

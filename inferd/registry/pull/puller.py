@@ -196,6 +196,9 @@ class Puller:
                 emit({"status": "success"})
                 return Pulled(ref.served_name, final, ModelKind.GENERATOR)
             self.transfers.check_space([x.remote for x in wanted])
+            emit({"plan": {"label": ref.tag, "repo": f"{ref.namespace}/{ref.model}", "total": sum(x.size for x in wanted),
+                           "files": [{"path": x.media_type[len(MT):] if x.media_type.startswith(MT) else "config",
+                                      "size": x.size, "digest": x.digest} for x in wanted]}})
             blobs: dict[str, Path] = {}
             texts: dict[str, str] = {}
             held, installed = [], False
