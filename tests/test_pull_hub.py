@@ -5,6 +5,7 @@ variant preferred), and a pulled model serving right after. No test reaches the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import threading
@@ -225,9 +226,12 @@ def test_allow_downloads_off_and_on(hub, tmp_path):
             w = threading.Thread(target=watch, daemon=True)
             w.start()
             assert ready.wait(10)
-            r = httpx.post(s.url + "/v1/chat/completions", json=msg, timeout=60)
-            assert r.status_code == 200, r.text
-            assert r.json()["usage"]["completion_tokens"] == 4
+            # Two requests at once for the missing model: one download, both answered.
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                rs = list(pool.map(lambda _: httpx.post(s.url + "/v1/chat/completions", json=msg, timeout=60), [0, 1]))
+            assert [r.status_code for r in rs] == [200, 200], [r.text for r in rs]
+            assert all(r.json()["usage"]["completion_tokens"] == 4 for r in rs)
+            assert len(hub.gets("/tiny-Q8_0.gguf")) == 1
             w.join(10)
             assert events[0] == "downloading" and events[-2:] == ["loading", "loaded"]
             assert "acme/tiny-GGUF:Q8_0" in [m["id"] for m in httpx.get(s.url + "/v1/models").json()["data"]]
