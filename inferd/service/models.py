@@ -284,6 +284,7 @@ class ModelManager:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(path.name + f".upload-{os.urandom(4).hex()}")
         h = hashlib.sha256()
+        written, checked = 0, 0
         try:
             with open(part, "wb") as f:
                 async for chunk in chunks:
@@ -294,6 +295,12 @@ class ModelManager:
                         if e.errno == errno.ENOSPC:
                             raise InsufficientStorage(f"disk full while receiving blob {digest}") from e
                         raise
+                    written += len(chunk)
+                    if written - checked >= 64 << 20:  # no length given, or a client sending more than it said
+                        checked = written
+                        if shutil.disk_usage(part.parent).free < self.puller.transfers.reserve:
+                            raise InsufficientStorage(f"receiving blob {digest} would leave less free disk "
+                                                      "than --download-reserve-bytes")
             if h.hexdigest() != digest[7:]:
                 raise InvalidInput(f"uploaded bytes do not match {digest} (got sha256:{h.hexdigest()})", "digest")
             os.replace(part, path)
