@@ -103,6 +103,12 @@ class Settings(BaseSettings):
 
     # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
     data_dir: Path = Path("~/.inferd")
+    # Image inputs (scheduling/media.py): per-request byte cap, per-edge cap, remote fetches.
+    max_media_bytes: int = Field(100 * 1024 * 1024, ge=0)
+    max_image_dimension: int = Field(16384, ge=0)  # 0: no per-edge limit (the pixel budget still applies)
+    allow_remote_media: bool = False
+    allow_private_media_urls: bool = False
+    media_fetch_timeout: float = Field(10.0, gt=0)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
     max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
     allow_downloads: bool = False               # a request naming a model that is not local may pull it
