@@ -110,6 +110,11 @@ class Settings(BaseSettings):
     allow_remote_media: bool = False
     allow_private_media_urls: bool = False
     media_fetch_timeout: float = Field(10.0, gt=0)
+    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
+    allow_downloads: bool = False               # a request naming a model that is not local may pull it
+    download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
+    ollama_registry: str = "https://registry.ollama.ai"
 
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"

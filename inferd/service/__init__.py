@@ -39,6 +39,7 @@ from inferd.service.loading import Loaders, runtime_options
 from inferd.service.lora import LoraService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
+from inferd.service.models import ModelManager
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
@@ -69,6 +70,7 @@ class InferenceService:
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
+        self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":
@@ -83,6 +85,7 @@ class InferenceService:
         self.registry.start()
 
     async def close(self) -> None:
+        self.models_mgr.close()
         await self.registry.close()
 
     # ---- catalog ------------------------------------------------------------------------------
