@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import shutil
 
 import httpx
@@ -93,17 +92,16 @@ def test_a_follow_up_turn_reuses_the_cached_image(srv):
 
 
 def test_an_uploaded_file_id_works_like_a_data_uri(srv):
-    files = srv.data_dir / "files"
-    files.mkdir(exist_ok=True)
-    body = png(1)
-    (files / "file-abc123").write_bytes(body)
-    (files / "file-abc123.json").write_text(json.dumps({"id": "file-abc123", "object": "file", "bytes": len(body),
-                                                        "filename": "x.png", "purpose": "vision"}))
-    by_id = chat(srv, image_msg("file-abc123")).choices[0].message.content
-    as_file_part = chat(srv, [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc123"}},
+    up = client(srv).files.create(file=("picture.png", png(1), "image/png"), purpose="vision")
+    assert up.id.startswith("file-") and up.bytes == len(png(1))
+    by_id = chat(srv, image_msg(up.id)).choices[0].message.content
+    as_file_part = chat(srv, [{"role": "user", "content": [{"type": "file", "file": {"file_id": up.id}},
                                                             {"type": "text", "text": "what is in the picture?"}]}])
     assert by_id == chat(srv, image_msg(data_uri(1))).choices[0].message.content
     assert as_file_part.choices[0].message.content == by_id
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "tiny-vlm", "messages": image_msg(
+        "file-0123456789abcdef01234567")})
+    assert r.status_code == 404  # an id that was never uploaded
 
 
 def test_ollama_images_on_chat_and_generate(srv):
