@@ -122,5 +122,7 @@ class JsonByDefault:
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
             ctype = dict(scope["headers"]).get(b"content-type", b"")
             if not ctype or ctype.startswith(b"application/x-www-form-urlencoded"):
-                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+                # In place, not a copy: the router records the matched route in this very
+                # scope, and RequestContext reads it from there to label /metrics.
+                scope["headers"] = [*headers, (b"content-type", b"application/json")]
         await self.app(scope, receive, send)

@@ -34,6 +34,7 @@ class EmbedResult:
     items: list[Any] = field(default_factory=list)
     prompt_tokens: int = 0
     load_seconds: float = 0.0  # waiting for the model to load (0 when it was loaded already)
+    truncated: list[int] = field(default_factory=list)  # inputs cut to the model's limit
 
     @property
     def errors(self) -> list[tuple[int, InferdError]]:
@@ -86,6 +87,7 @@ class EncoderVerbs:
                 ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
                 outs = await rt.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
         items: list[Any] = list(prepared)
+        cut = [i for i in ok if getattr(prepared[i], "truncated", False)]
         tokens = 0
         for i, out in zip(ok, outs):
             if isinstance(out, BaseException):
@@ -97,16 +99,16 @@ class EncoderVerbs:
             if dimensions is not None:
                 out = truncate_dims(out, dimensions)
             items[i] = out
-        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, load_seconds)
+        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, load_seconds, cut)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
-                     keep_alive: float | None = None) -> RerankResult:
+                     keep_alive: float | None = None, param: str = "documents") -> RerankResult:
         """Relevance of each document to `query`, in input order (higher is more relevant)."""
         spec = self.spec_for(model, ModelKind.RERANKER)  # type: ignore[attr-defined]
         if not query.strip():
             raise InvalidInput("'query' must not be empty", "query")
-        if not documents:
-            return RerankResult(spec.name, [], 0)
+        if not documents:  # one rule for empty lists everywhere (as for embedding inputs): 400
+            raise InvalidInput(f"'{param}' must not be empty", param)
         async with self.admission.slot():  # type: ignore[attr-defined]
             async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as rt:  # type: ignore[attr-defined]
                 encs = await asyncio.to_thread(rt.prepare, query, list(documents))
@@ -154,5 +156,6 @@ def _prepare(rt: Any, inputs: Sequence[EmbedInput], task: str | None, truncate: 
         for i, enc in enumerate(out):
             if not isinstance(enc, InferdError) and enc.truncated:
                 out[i] = InvalidInput(f"input[{i}] is longer than the model's limit of {rt.max_length} tokens "
-                                      "and truncation is off", "input")
+                                      "and truncation is off (\"truncate\": true keeps the first "
+                                      f"{rt.max_length})", "input")
     return out

@@ -23,7 +23,7 @@ from inferd.service.chat import ChatOutput, plan_request
 from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.generation import Job
-from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
+from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage, total_usage
 
 log = logging.getLogger("inferd.generation")
 
@@ -36,6 +36,8 @@ class Prepared:
     sampler: Any
     max_tokens: int
     output: ChatOutput | None = None  # chat requests: splits reasoning / answer / tool calls
+    # n > 1: a sampler and an output parser for each further choice
+    more: list[tuple[Any, ChatOutput | None]] = dataclasses.field(default_factory=list)
 
 
 def prepare(rt: Any, req: GenerateRequest) -> Prepared:
@@ -83,17 +85,30 @@ def prepare(rt: Any, req: GenerateRequest) -> Prepared:
                                   f"uses {len(tokens)} and max_tokens asks for {max_tokens} more "
                                   f"({len(tokens) + max_tokens} in all)", "max_tokens")
         max_tokens = room
-    sampling, output = req.sampling, None
+    sampling = req.sampling
+    if not 1 <= req.n <= max(1, getattr(rt, "n_seq", 1)):
+        raise InvalidInput(f"n must be between 1 and {getattr(rt, 'n_seq', 1)} (the sequences model "
+                           f"'{req.model}' runs at once)", "n")
     if plan is not None:
         grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
         if grammar is not None:
             sampling = dataclasses.replace(sampling, grammar=grammar)
-        output = ChatOutput(plan.output_parser(text))
     elif sampling.grammar is not None:
         from inferd.chat.gbnf import check_gbnf  # llama.cpp aborts the process on some bad grammars
 
         check_gbnf(sampling.grammar)
-    return Prepared(tokens, rt.make_sampler(sampling), max_tokens, output)
+    made = []
+    try:
+        for i in range(req.n):
+            # Each choice its own seed (seed + i): with one seed, n choices would be one choice n times.
+            sp = sampling if i == 0 or sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
+            made.append((rt.make_sampler(sp), ChatOutput(plan.output_parser(text)) if plan is not None else None))
+    except BaseException:
+        for s, _ in made:
+            s.close()
+        raise
+    (sampler, output), *more = made
+    return Prepared(tokens, sampler, max_tokens, output, more)
 
 
 class GenerationStream:
@@ -111,14 +126,20 @@ class GenerationStream:
         self.prompt_tokens: list[int] = []
         self.job: Job | None = None
         self.output: ChatOutput | None = None
+        self.outputs: list[ChatOutput | None] = []  # per choice (n > 1); [0] is `output`
+        self._open = max(1, req.n)  # choices not finished yet
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
         self._stack, self._owner = stack, owner
         self.finished = False
         self.closed = False
 
-    def sink(self, loop: asyncio.AbstractEventLoop):
+    def sink(self, loop: asyncio.AbstractEventLoop, index: int = 0):
         put = self._queue.put_nowait
-        return lambda d: loop.call_soon_threadsafe(put, d)
+
+        def deliver(d: Delta) -> None:
+            d.index = index
+            loop.call_soon_threadsafe(put, d)
+        return deliver
 
     def __aiter__(self) -> "GenerationStream":
         return self
@@ -133,12 +154,14 @@ class GenerationStream:
             self.finished = True
             raise d.error if isinstance(d.error, InferdError) else InferenceFailed(str(d.error))
         if d.finish_reason is not None:
-            self.finished = True
-            if d.usage is not None:  # /metrics inferd_tokens_total
-                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens,  # type: ignore[attr-defined]
+            self._open -= 1
+            self.finished = self._open <= 0
+            if d.usage is not None:  # /metrics inferd_tokens_total (the prompt counted once)
+                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens if d.index == 0 else 0,  # type: ignore[attr-defined]
                                                d.usage.completion_tokens)
-        if self.output is not None:
-            self.output.apply(d)
+        output = self.outputs[d.index] if d.index < len(self.outputs) else self.output
+        if output is not None:
+            output.apply(d)
         return d
 
     def cancel(self) -> None:
@@ -177,9 +200,15 @@ class GenerationVerbs:
             stream = GenerationStream(req, spec, rt, stack, self, time.perf_counter() - t0)
             p = await asyncio.to_thread(prepare, rt, req)
             stream.prompt_tokens, stream.output = p.prompt, p.output
-            stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
-                             top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
-                             sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream)
+            stream.outputs = [p.output] + [o for _s, o in p.more]
+            loop = asyncio.get_running_loop()
+
+            def job(sampler: Any, index: int) -> Job:
+                return Job(prompt=p.prompt, sampler=sampler, max_tokens=p.max_tokens, stop=list(req.stop),
+                           top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
+                           sink=stream.sink(loop, index), arrived=arrived, stream=req.stream)
+            stream.job = job(p.sampler, 0)
+            stream.job.siblings = [job(s, i) for i, (s, _o) in enumerate(p.more, start=1)]
             rt.engine.submit(stream.job)
         except BaseException:
             await stack.aclose()
@@ -245,29 +274,42 @@ class GenerationVerbs:
         return len(hit)
 
 
+@dataclass
+class _Acc:
+    """One choice's deltas, gathered."""
+
+    parts: list[str] = dataclasses.field(default_factory=list)
+    thought: list[str] = dataclasses.field(default_factory=list)
+    calls: list = dataclasses.field(default_factory=list)
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    reason: Any = None
+
+
 async def collect(stream: GenerationStream) -> Generation:
-    """Drain a stream into one Generation."""
-    parts: list[str] = []
-    thought: list[str] = []
-    calls: list = []
-    tokens: list[int] = []
-    logprobs: list[TokenLogprob] = []
-    usage, reason = Usage(), None
+    """Drain a stream into one Generation (n > 1: the others in `choices`)."""
+    accs = [_Acc() for _ in range(max(1, stream.req.n))]
     async for d in stream:
-        parts.append(d.text)
-        thought.append(d.reasoning)
-        calls.extend(d.tool_calls)
-        tokens.extend(d.tokens)
-        logprobs.extend(d.logprobs)
+        a = accs[d.index]
+        a.parts.append(d.text)
+        a.thought.append(d.reasoning)
+        a.calls.extend(d.tool_calls)
+        a.tokens.extend(d.tokens)
+        a.logprobs.extend(d.logprobs)
         if d.usage is not None:
-            usage = d.usage
-        reason = d.finish_reason or reason
-    if reason == "cancelled":
+            a.usage = d.usage
+        a.reason = d.finish_reason or a.reason
+    if any(a.reason == "cancelled" for a in accs):
         raise Cancelled()
-    return Generation(model=stream.model, text="".join(parts), finish_reason=reason or "stop", usage=usage,
-                      reasoning="".join(thought) or None, tool_calls=calls,
-                      tokens=tokens, prompt_tokens=stream.prompt_tokens,
-                      logprobs=logprobs if stream.req.sampling.logprobs else None, created=stream.created)
+    gens = [Generation(model=stream.model, text="".join(a.parts), finish_reason=a.reason or "stop", usage=a.usage,
+                       reasoning="".join(a.thought) or None, tool_calls=a.calls,
+                       tokens=a.tokens, prompt_tokens=stream.prompt_tokens,
+                       logprobs=a.logprobs if stream.req.sampling.logprobs else None, created=stream.created,
+                       index=i) for i, a in enumerate(accs)]
+    first = gens[0]
+    first.usage, first.choices = total_usage([g.usage for g in gens]), gens[1:]
+    return first
 
 
 __all__ = ["GenerationVerbs", "GenerationStream", "collect", "prepare"]
