@@ -52,7 +52,7 @@ def test_concurrent_first_requests_load_once_and_ps_shows_expiry():
         loads = [r for r in s.service.registry.ps() if r["spec"].name == "tiny"]
         assert len(loads) == 1 and entry.load_seconds > 0
         ps = httpx.get(s.url + "/api/ps").json()["models"]
-        assert [m["name"] for m in ps] == ["tiny"]
+        assert [m["name"] for m in ps] == ["tiny:latest"]
         expires = dt.datetime.fromisoformat(ps[0]["expires_at"].replace("Z", "+00:00"))
         assert dt.timedelta(minutes=9) < expires - t0 < dt.timedelta(minutes=11)
         # Ollama's keep_alive: 0 unloads after the request.

@@ -66,6 +66,8 @@ class Registry:
         if not name:
             raise InvalidInput("'model' is required", param="model")
         spec = self.specs.get(name)
+        if spec is None and name.endswith(":latest"):  # Ollama's `name:tag`: "x:latest" is "x"
+            spec = self.specs.get(name[:-len(":latest")])
         if spec is None:
             raise ModelNotFound(name, kinds[0].value if len(kinds) == 1 else None)
         if kinds and spec.kind not in kinds:

@@ -50,16 +50,18 @@ def details(spec: ModelSpec) -> dict[str, Any]:
             "parameter_size": str(m.get("parameter_size", "")), "quantization_level": str(m.get("quantization", ""))}
 
 
-def ollama_capabilities(spec: ModelSpec) -> list[str]:
-    if spec.kind is ModelKind.EMBEDDER:
-        return ["embedding"]
-    caps = ["completion"]
-    caps += [c for c in ("tools", "thinking", "vision") if c in spec.capabilities]
-    return caps
+# The Ollama API version inferd implements (UIs gate features on it: tools, thinking, logprobs).
+OLLAMA_API_VERSION = "0.12.0"
+
+
+def tagged(name: str) -> str:
+    """Ollama names are `name:tag`; a served name without a tag is `name:latest` (both are
+    accepted everywhere: the registry resolves "x:latest" to "x")."""
+    return name if ":" in name else f"{name}:latest"
 
 
 def tag(spec: ModelSpec, started_at: float) -> dict[str, Any]:
-    return {"name": spec.name, "model": spec.name, "modified_at": iso(_mtime(spec, started_at)),
+    return {"name": tagged(spec.name), "model": tagged(spec.name), "modified_at": iso(_mtime(spec, started_at)),
             "size": spec.size_bytes, "digest": digest(spec), "details": details(spec)}
 
 
@@ -74,7 +76,8 @@ def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
         if spec.kind not in OLLAMA_KINDS:
             continue
         exp = e["expires_at"]
-        out.append({"name": spec.name, "model": spec.name, "size": spec.size_bytes, "digest": digest(spec),
+        out.append({"name": tagged(spec.name), "model": tagged(spec.name), "size": spec.size_bytes,
+                    "digest": digest(spec),
                     "details": details(spec), "size_vram": 0,
                     # Ollama reports a far-future time for models kept forever; a keep_alive
                     # that ends later than that (1e300 s) is forever too, and beyond datetime's range.
@@ -82,7 +85,8 @@ def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
     return {"models": out}
 
 
-def show(spec: ModelSpec, started_at: float) -> dict[str, Any]:
-    return {"modelfile": f"FROM {spec.path or spec.name}\n", "parameters": "", "template": "",
+def show(spec: ModelSpec, started_at: float, template: str | None, capabilities: list[str]) -> dict[str, Any]:
+    """`template` is the chat template in use (Jinja, not a Go template: inferd renders it)."""
+    return {"modelfile": f"FROM {spec.path or spec.name}\n", "parameters": "", "template": template or "",
             "details": details(spec), "model_info": {"general.architecture": spec.family},
-            "capabilities": ollama_capabilities(spec), "modified_at": iso(_mtime(spec, started_at))}
+            "capabilities": capabilities, "modified_at": iso(_mtime(spec, started_at))}

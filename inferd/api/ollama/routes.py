@@ -8,14 +8,14 @@ from inferd import __version__
 from inferd.api.deps import get_service
 from inferd.api.ollama import convert
 from inferd.api.ollama.schemas import ShowRequest
-from inferd.service import InferenceService
+from inferd.service import InferenceService, model_info
 
 router = APIRouter(prefix="/api")
 
 
 @router.get("/version")
 async def version() -> dict:
-    return {"version": __version__}
+    return {"version": convert.OLLAMA_API_VERSION, "inferd_version": __version__}
 
 
 @router.get("/tags")
@@ -31,4 +31,5 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
     spec = svc.registry.resolve(req.model or req.name, convert.OLLAMA_KINDS)
-    return convert.show(spec, svc.started_at)
+    template = await model_info.chat_template(svc.registry, spec)
+    return convert.show(spec, svc.started_at, template, model_info.capabilities(spec, template))

@@ -151,3 +151,21 @@ class LlamaModel:
         if bad:
             raise InvalidInput(f"token id {bad[0]} is out of range for this model (vocabulary of "
                                f"{self.n_vocab})", param)
+
+
+def read_chat_template(path: Path) -> tuple[str | None, str]:
+    """(tokenizer.chat_template, general.architecture) of a GGUF file, read with the
+    vocabulary only (no weights, milliseconds): for catalogs that must not load a model."""
+    init_backend()
+    params = L.llama_model_default_params()
+    params.vocab_only = True
+    model = L.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelLoadFailed(f"llama.cpp could not read {path} (not a valid GGUF model?)")
+    try:
+        raw = L.llama_model_chat_template(model, None)
+        buf = ctypes.create_string_buffer(64)
+        n = L.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf))
+        return (raw.decode("utf-8", "replace") if raw else None), (buf.value.decode() if n >= 0 else "")
+    finally:
+        L.llama_model_free(model)
