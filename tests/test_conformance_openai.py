@@ -265,6 +265,40 @@ def test_n_streams_carry_each_choice_index_and_finish(srv):
     assert {ch["choices"][0]["index"] for ch in comp if ch["choices"]} == {0, 1}
 
 
+def test_a_group_waits_for_free_slots_and_a_client_that_leaves_frees_them_all(tmp_path):
+    import threading
+    import time
+
+    d = tmp_path / "m"
+    generator_dir(d, "tiny")
+    with serve(models_dir=str(d), parallel=4, threads=1) as s:
+        greedy = httpx.post(s.url + "/v1/chat/completions", json={"model": "tiny", "messages": HI, "max_tokens": 3,
+                                                                  "temperature": 0}).json()
+        one = greedy["choices"][0]["message"]["content"]
+        long = {"model": "tiny", "messages": [{"role": "user", "content": "long"}], "max_tokens": 400,
+                "ignore_eos": True}
+        t = threading.Thread(target=httpx.post, args=(s.url + "/v1/chat/completions",), kwargs={"json": long,
+                                                                                                 "timeout": 120})
+        t.start()
+        rt = None
+        while rt is None or rt.engine.active == 0:  # the long one holds a slot: 3 are free, 4 are needed
+            time.sleep(0.01)
+            entry = s.service.registry.loaded.get("tiny")
+            rt = entry.model if entry else None
+        r = httpx.post(s.url + "/v1/chat/completions", json={"model": "tiny", "messages": HI, "max_tokens": 3,
+                                                             "temperature": 0, "n": 4}, timeout=120).json()
+        t.join()
+        assert [c["message"]["content"] for c in r["choices"]] == [one] * 4
+        with httpx.stream("POST", s.url + "/v1/chat/completions", json={**long, "n": 4, "stream": True}) as resp:
+            for i, _line in enumerate(resp.iter_lines()):
+                if i > 12:
+                    break  # leave mid-stream
+        deadline = time.time() + 10
+        while (rt.engine.active or s.service.admission.in_flight) and time.time() < deadline:
+            time.sleep(0.02)
+        assert rt.engine.active == 0 and s.service.admission.in_flight == 0  # every choice stopped
+
+
 def test_n_beyond_the_limits_is_400(srv):
     assert_envelope("openai", post(srv, "/v1/chat/completions", {"model": "tiny", "messages": HI, "n": 9}), 400, "n")
     assert_envelope("openai", post(srv, "/v1/chat/completions", {"model": "tiny", "messages": HI, "n": 0}), 400, "n")
