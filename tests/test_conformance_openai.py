@@ -238,7 +238,7 @@ def test_n_choices_are_sampled_separately_and_greedy_ones_equal_a_single_answer(
 def test_n_prefills_the_prompt_once(srv):
     prompt = "count " * 150
     chat(srv, messages=[{"role": "user", "content": "warm"}], max_tokens=1)
-    rt = srv.service.registry.loaded["tiny"].model
+    rt = srv.service.registry.loaded["tiny"].model.backend  # the handle's llama.cpp runtime
     real, fed = rt.decode, []
     rt.decode = lambda entries: (fed.append(sum(len(t) for _s, t, _p, _w in entries)), real(entries))[1]
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from inferd.chat.reasoning import reasoning_markers
 from inferd.chat.templates import builtin_template
+from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
 
 
 @functools.lru_cache(maxsize=256)
@@ -39,8 +39,8 @@ async def chat_template(registry: Registry, spec: ModelSpec) -> str | None:
     if spec.kind is not ModelKind.GENERATOR:
         return None
     entry = registry.loaded.get(spec.name)
-    if entry is not None:
-        return getattr(entry.model, "chat_template", None)
+    if entry is not None:  # a GeneratorHandle: the runtime chose its template at load
+        return getattr(getattr(entry.model, "backend", None), "chat_template", None)
     if spec.manifest.get("chat_template"):
         return str(spec.manifest["chat_template"])
     weights = _weights(spec)

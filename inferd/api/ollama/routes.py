@@ -30,6 +30,6 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.registry.resolve(req.model or req.name, convert.OLLAMA_KINDS)
-    template = await model_info.chat_template(svc.registry, spec)
+    spec = svc.resolve(req.model or req.name, *convert.OLLAMA_KINDS)
+    template = await svc.chat_template(spec)
     return convert.show(spec, svc.started_at, template, model_info.capabilities(spec, template))
