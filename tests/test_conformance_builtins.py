@@ -49,7 +49,7 @@ def test_detokenize_keeps_the_text_exactly_on_real_vocabularies(srv, model):
         assert post(srv, "/detokenize", {"model": model, "tokens": toks}).json()["content"] == text
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc", "Cn", "Co"])
                     | st.sampled_from(" ,.?!'\n"), max_size=30))
 def test_detokenize_inverts_tokenize_on_smollm2(srv, text):

@@ -326,7 +326,7 @@ def test_legacy_logprobs_over_http_agree(srv):
 
 
 # ---- llama-server helpers ----------------------------------------------------------------------------
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cn", "Co"]), max_size=40))
 def test_detokenize_is_the_inverse_of_tokenize(srv, text):
     if "<|" in text:

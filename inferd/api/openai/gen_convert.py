@@ -218,7 +218,8 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
     for i in range(n):
         yield {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                     "finish_reason": None}]}
-    first, usages = True, [None] * n
+    first = True
+    usages: list[Usage | None] = [None] * n
     async for d in stream:
         usages[d.index] = d.usage or usages[d.index]
         delta: dict[str, Any] = {}
@@ -238,7 +239,7 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
                                           "finish_reason": d.finish_reason}]}
             yield _progress(final, d.usage, first)
     if include_usage and all(u is not None for u in usages):
-        usage = total_usage(usages)
+        usage = total_usage([u for u in usages if u is not None])
         yield {**head, "choices": [], "usage": usage_dict(usage, antfly), "timings": timings(usage)}
 
 
@@ -248,7 +249,8 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
     head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model}
     want_lp = stream.req.sampling.logprobs
     n = max(1, stream.req.n)
-    first, usages, offsets = True, [None] * n, [0] * n
+    first, offsets = True, [0] * n
+    usages: list[Usage | None] = [None] * n
     if echo_text:
         for i in range(n):
             yield {**head, "choices": [{"index": i, "text": echo_text, "logprobs": None, "finish_reason": None}]}
@@ -262,5 +264,5 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
             yield _progress({**head, "choices": [choice]}, d.usage, first)
             first = False
     if include_usage and all(u is not None for u in usages):
-        usage = total_usage(usages)
+        usage = total_usage([u for u in usages if u is not None])
         yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage)}
