@@ -129,8 +129,8 @@ def modelfile(spec: ModelSpec, meta: dict[str, Any] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None = None, template: str | None = None,
-         capabilities: list[str] | None = None) -> dict[str, Any]:
+def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None, template: str | None,
+         capabilities: list[str]) -> dict[str, Any]:
     """`meta`: the GGUF header (scalars become `model_info`, as Ollama reports them).
     `template`: the chat template in use (Jinja, not a Go template: inferd renders it);
     `capabilities`: what the model really does (service/model_info.py)."""
@@ -151,7 +151,7 @@ def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None = None,
     out = {"modelfile": modelfile(spec, meta), "parameters": "\n".join(_param_lines(dict(m.get("options") or {}))),
            "template": template if template is not None else _template(spec, meta),
            "details": d, "model_info": info,
-           "capabilities": capabilities if capabilities is not None else ollama_capabilities(spec),
+           "capabilities": capabilities,
            "modified_at": iso(_mtime(spec, started_at))}
     if m.get("system"):
         out["system"] = str(m["system"])
