@@ -59,11 +59,20 @@ def ngram_lookup(ctx: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NG
     return []
 
 
+def _text_only(draft: list[int]) -> list[int]:
+    """Up to the first image placeholder (negative ids: see generation.py): never a draft token."""
+    for i, t in enumerate(draft):
+        if t < 0:
+            return draft[:i]
+    return draft
+
+
 class NgramDrafter:
     name = "ngram"
+    text_only = False    # works on prompts with images (placeholders are never drafted)
 
     def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
-        return [ngram_lookup(ctx, k) for _seq, ctx, k in asks]
+        return [_text_only(ngram_lookup(ctx, k)) for _seq, ctx, k in asks]
 
     def forget(self, seq: int) -> None:
         pass
@@ -90,6 +99,8 @@ class DraftModelDrafter:
     """A draft model's own context, one sequence per target slot. Its cache follows the
     target's: each step the new context is compared with what the draft holds, the differing
     tail (rejected drafts) is removed and the missing tokens are decoded, all sequences together."""
+
+    text_only = True     # a prompt with images would need the draft to see them: not drafted
 
     def __init__(self, name: str, backend: DraftBackend):
         self.name, self.backend = name, backend
