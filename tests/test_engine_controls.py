@@ -37,6 +37,7 @@ def srv(tmp_path_factory):
     model(d, "tiny-short", "tiny-llama.gguf", n_ctx=64)
     model(d, "tiny-draft", "tiny-llama-draft.gguf")
     model(d, "tiny-other", "tiny-llama-othervocab.gguf")
+    model(d, "tiny-ngram", "tiny-llama.gguf", draft_model="ngram", speculative_k=3)
     with serve(models_dir=str(d), parallel=4, threads=1) as s:
         yield s
 
@@ -161,6 +162,15 @@ def test_streamed_speculation_is_on_the_final_chunk(srv):
     assert len(final) == 1 and final[0]["speculation"]["decision"] == "enabled"
     assert final[0]["speculation"]["drafted_tokens"] > 0
     assert not any("speculation" in c for c in chunks if c is not final[0])
+
+
+def test_manifest_draft_model_speculates_under_auto(srv):
+    plain = ok(gen(srv, max_tokens=32, ignore_eos=True, prompt_cache=False))
+    r = ok(gen(srv, model="tiny-ngram", max_tokens=32, ignore_eos=True, prompt_cache=False))
+    sp = r["speculation"]
+    assert (sp["policy"], sp["decision"], sp["draft_model"], sp["speculative_k"]) == ("auto", "enabled", "ngram", 3)
+    assert sp["drafted_tokens"] > 0
+    assert r["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
 
 
 def test_speculation_refusals_name_the_field(srv):
