@@ -33,7 +33,7 @@ from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
-from inferd.service.speculation import check_controls, plan_speculation
+from inferd.service.speculation import check_controls, loads_a_draft, plan_speculation
 from inferd.service.vision import image_refs, require_vision, to_images, with_markers
 from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob, Usage, total_usage
 
@@ -267,7 +267,8 @@ class GenerationService:
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
             ctl = req.engine
             check_controls(ctl, spec, handle)
-            stream.speculation = await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
+            stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
+                                  if loads_a_draft(ctl, spec) else plan_speculation(ctl, spec, handle, self.catalog))
             sp = stream.speculation if stream.speculation.disabled_reason is None else None
             p = await asyncio.to_thread(prepare, handle.backend, req, images)
             stream.prompt_tokens, stream.output = p.prompt, p.output

@@ -23,6 +23,12 @@ def check_controls(ctl: EngineControls, spec: ModelSpec, handle: GeneratorHandle
                            "set per model: manifest cache_dtype or --cache-dtype)", "cache_dtype")
 
 
+def loads_a_draft(ctl: EngineControls, spec: ModelSpec) -> bool:
+    """Whether planning may load a draft model (then it runs on a thread; else inline)."""
+    name = ctl.draft_model or spec.manifest.get("draft_model")
+    return bool(name) and name != "ngram" and ctl.speculation_policy != "off"
+
+
 def plan_speculation(ctl: EngineControls, spec: ModelSpec, handle: GeneratorHandle, catalog: Catalog) -> Speculation:
     """The request's Speculation (its drafter loaded on first use). Blocking: runs on a thread."""
     name = ctl.draft_model or spec.manifest.get("draft_model")
