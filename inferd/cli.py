@@ -46,7 +46,13 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
-    a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--cors-origins", help="comma-separated web origins allowed besides loopback pages "
+      "(https://app.example, https://app.example:* for any port, * for all)")
+    a("--allowed-hosts", help="comma-separated Host names accepted besides IPs, localhost and --host "
+      "(DNS-rebinding protection; * for all)")
+    a("--max-batch-inputs", type=int, help="inputs per request: embeddings, rerank documents, "
+      "extract and rewrite inputs (default 2048)")
+    a("--prep-threads", type=int, help="threads preparing requests: templates, tokenizing, grammars (default 4)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
 

@@ -69,15 +69,26 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
     prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
+    max_batch_inputs: int = Field(2048, ge=1)   # inputs per request: embeddings, rerank documents, extract, rewrite
+    prep_threads: int = Field(4, ge=1, le=64)   # threads preparing requests (templates, tokenizing, grammars)
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)  # Host values besides loopback
 
-    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # besides loopback origins
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 
-    @field_validator("models", "cors_origins", mode="before")
+    @field_validator("models", "cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> list[str]:
         return _split_list(v)
+
+    @field_validator("api_key", mode="after")
+    @classmethod
+    def _key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("api_key is empty: an empty key would let an empty Bearer token in; "
+                             "give a real key or none at all")
+        return v
 
     @field_validator("keep_alive", "queue_timeout", mode="before")
     @classmethod

@@ -31,6 +31,10 @@ class Unauthorized(InferdError):
         super().__init__(message)
 
 
+class Forbidden(InferdError):
+    """The request comes from a web page (Origin) or under a name (Host) that is not allowed."""
+
+
 class ModelNotFound(InferdError):
     def __init__(self, name: str, kind: str | None = None):
         what = f"{kind} model" if kind else "model"

@@ -16,6 +16,7 @@ from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
+from inferd.api.origins import BrowserGuard, OriginPolicy
 from inferd.api.ollama import embed_routes as ollama_embed
 from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
@@ -95,7 +96,10 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+    # BrowserGuard has refused every disallowed Origin before CORS runs, so CORS may echo any
+    # origin that reaches it (a "*" would also answer pages we never allowed).
+    app.add_middleware(CORSMiddleware, allow_origin_regex=".*", allow_methods=["*"],
                        allow_headers=["*"], expose_headers=["x-request-id", "retry-after"])
+    app.add_middleware(BrowserGuard, policy=OriginPolicy(settings.cors_origins, settings.allowed_hosts, settings.host))
     app.add_middleware(RequestContext, metrics=service.metrics)
     return app

@@ -61,7 +61,9 @@ class ApiKeyAuth:
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in PUBLIC_PATHS:
+        # No OPTIONS exemption: CORS preflights are answered by the CORS middleware outside
+        # this one; any other OPTIONS request is a request like the rest.
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             return await self.app(scope, receive, send)
         auth = dict(scope["headers"]).get(b"authorization", b"")
         scheme, _, given = auth.partition(b" ")

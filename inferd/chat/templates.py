@@ -13,10 +13,10 @@ import json
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from inferd.chat.sandbox import bounded_environment, render_bounded
 from inferd.chat.tools import REASONING_FIELDS  # output-only: never replayed into a prompt
-from inferd.errors import CapabilityMissing, InvalidInput
+from inferd.errors import CapabilityMissing, InferdError, InvalidInput
 
 # Gemma (1, 2, 3): a system message is folded into the first user turn; the assistant is "model".
 GEMMA_TEMPLATE = (
@@ -55,7 +55,7 @@ def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: b
 
 @functools.lru_cache(maxsize=64)
 def compile_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = bounded_environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: dt.datetime.now().strftime(fmt)
@@ -112,10 +112,14 @@ def render_chat(template: str | None, messages: list[dict[str, Any]], *, bos_tok
     if tools:
         variables["tools"] = tools
     try:
-        return compile_template(template).render(**variables)
-    except InvalidInput:
+        return render_bounded(compile_template(template), variables)
+    except InferdError:
         raise
     except jinja2.TemplateError as e:
         raise InvalidInput(f"chat template failed: {e.message or e}", "messages") from e
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+    except RecursionError as e:  # a macro calling itself without end
+        raise InvalidInput("chat template failed: it recursed too deeply", "chat_template") from e
+    except (OverflowError, MemoryError) as e:  # the sandbox's range() cap, an overlarge number
+        raise InvalidInput(f"chat template failed: {e}", "chat_template") from e
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as e:
         raise InvalidInput(f"chat template failed on these messages: {e}", "messages") from e

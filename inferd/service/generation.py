@@ -18,11 +18,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.chat.gbnf import check_gbnf
+from inferd.chat.sandbox import RenderLimits, render_limits
 from inferd.chat.templates import render_chat
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.scheduling.generation import Job
+from inferd.service.prep import PrepPool, cancel_flag, checkpoint
 from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
 
 log = logging.getLogger("inferd.generation")
@@ -38,22 +41,55 @@ class Prepared:
     output: ChatOutput | None = None  # chat requests: splits reasoning / answer / tool calls
 
 
+# Template variables the server sets itself; chat_template_kwargs may not replace them.
+RESERVED_TEMPLATE_KWARGS = frozenset({"template", "messages", "bos_token", "eos_token", "add_generation_prompt"})
+CHARS_PER_TOKEN_CAP = 32     # a rendered prompt longer than n_ctx * this cannot fit the context
+MIN_RENDER_CHARS = 1 << 16
+TEMPLATE_SECONDS = 10.0
+
+
 def prepare(rt: Any, req: GenerateRequest) -> Prepared:
-    """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on a thread:
-    template rendering and tokenizing a long prompt are CPU work. Chat options (tools,
-    structured output, thinking) are planned here, so all their 400s come first too."""
+    """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on the prep
+    pool (service/prep.py), inside the request's admission slot: template rendering and
+    tokenizing a long prompt are CPU work. Chat options (tools, structured output,
+    thinking) are planned here, so all their 400s come first too. Every stage is bounded
+    (message count and rendered size tied to the context, a render deadline) and checks
+    for cancellation before it starts."""
+    try:
+        return _prepare(rt, req)
+    except RecursionError as e:  # a pathological nesting a bounded check did not catch
+        raise InvalidInput("the request is nested too deeply to process") from e
+    except UnicodeError as e:  # a lone surrogate ("\ud800") is no text a model can read
+        raise InvalidInput(f"the request holds text that is not valid Unicode ({e.reason})") from e
+
+
+def _prepare(rt: Any, req: GenerateRequest) -> Prepared:
+    n_ctx = min(rt.n_ctx_seq, req.num_ctx) if req.num_ctx else rt.n_ctx_seq
+    if req.messages is not None and len(req.messages) > n_ctx:
+        raise ContextOverflow(f"{len(req.messages)} messages cannot fit a context window of {n_ctx} tokens",
+                              "messages")
+    bad = RESERVED_TEMPLATE_KWARGS & set(req.template_kwargs)
+    if bad:
+        raise InvalidInput(f"chat_template_kwargs may not set {sorted(bad)[0]!r}: the server sets it",
+                           "chat_template_kwargs")
+    checkpoint()
     template = req.chat_template or rt.chat_template
     use_template = req.messages is not None and bool(template or not req.template_fallback)
     plan = plan_request(req, template if use_template else None)
     text = ""
+    checkpoint()
     if use_template:
         messages, kwargs = req.messages, dict(req.template_kwargs)
         if plan is not None:
             messages = plan.messages
             kwargs.update(plan.template_kwargs)
         tools = kwargs.pop("tools", None)
-        text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
-                           add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
+        limits = RenderLimits(max_chars=max(MIN_RENDER_CHARS, n_ctx * CHARS_PER_TOKEN_CAP),
+                              deadline=time.monotonic() + TEMPLATE_SECONDS, cancelled=cancel_flag())
+        with render_limits(limits):
+            text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
+                               add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
+        checkpoint()
         tokens = rt.tokenize_rendered(text)
     elif req.messages is not None:  # no template, and plain text is acceptable
         text = "\n\n".join(str(m.get("content") or "") for m in req.messages)
@@ -64,12 +100,12 @@ def prepare(rt: Any, req: GenerateRequest) -> Prepared:
     else:
         text = req.prompt or ""
         tokens = rt.tokenize(text, add_special=req.add_special and not req.prefix_tokens, parse_special=True)
+    checkpoint()
     if req.prefix_tokens:
         rt.check_tokens(req.prefix_tokens, "context")
         tokens = list(req.prefix_tokens) + tokens
     if not tokens:
         raise InvalidInput("the prompt is empty", "prompt")
-    n_ctx = min(rt.n_ctx_seq, req.num_ctx) if req.num_ctx else rt.n_ctx_seq
     if len(tokens) >= n_ctx:
         raise ContextOverflow(f"the prompt has {len(tokens)} tokens, but model '{req.model}' has a context "
                               f"window of {n_ctx} tokens", "messages" if req.messages is not None else "prompt")
@@ -84,15 +120,18 @@ def prepare(rt: Any, req: GenerateRequest) -> Prepared:
                                   f"({len(tokens) + max_tokens} in all)", "max_tokens")
         max_tokens = room
     sampling, output = req.sampling, None
+    if sampling.penalty_last_n > n_ctx:  # a window past the context only costs memory (Ollama repeat_last_n)
+        sampling = dataclasses.replace(sampling, penalty_last_n=n_ctx)
     if plan is not None:
         grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
         if grammar is not None:
             sampling = dataclasses.replace(sampling, grammar=grammar)
         output = ChatOutput(plan.output_parser(text))
-    elif sampling.grammar is not None:
-        from inferd.chat.gbnf import check_gbnf  # llama.cpp aborts the process on some bad grammars
-
-        check_gbnf(sampling.grammar)
+    checkpoint()
+    if sampling.grammar is not None:
+        # llama.cpp aborts the process on grammars no token of this vocabulary can follow
+        check_gbnf(sampling.grammar, vocab=getattr(rt, "grammar_vocab", None))
+    checkpoint()
     return Prepared(tokens, rt.make_sampler(sampling), max_tokens, output)
 
 
@@ -157,6 +196,15 @@ class GenerationStream:
 class GenerationVerbs:
     _streams: set[GenerationStream]  # set by InferenceService.__post_init__; /stop cancels them
 
+    @property
+    def prep_pool(self) -> PrepPool:
+        """The bounded pool requests are prepared on (created on first use)."""
+        pool = self.__dict__.get("_prep_pool")
+        if pool is None:
+            workers = getattr(self.settings, "prep_threads", None) or 4  # type: ignore[attr-defined]
+            pool = self.__dict__["_prep_pool"] = PrepPool(workers)
+        return pool
+
     def generator_spec(self, model: str | None) -> ModelSpec:
         """An omitted model means the only generator; with several it must be named."""
         return self.spec_for(model, ModelKind.GENERATOR)  # type: ignore[attr-defined]
@@ -175,7 +223,7 @@ class GenerationVerbs:
                 self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))  # type: ignore[attr-defined]
             await self.ensure_lora(spec, rt)  # type: ignore[attr-defined]  # a reloaded model gets its adapter back
             stream = GenerationStream(req, spec, rt, stack, self, time.perf_counter() - t0)
-            p = await asyncio.to_thread(prepare, rt, req)
+            p = await self.prep_pool.run(prepare, rt, req)
             stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
                              top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
@@ -225,14 +273,14 @@ class GenerationVerbs:
         """-> (model, token ids, the bytes of each token)."""
         spec = self.generator_spec(model)
         async with self.registry.use(spec.name, GEN) as rt:  # type: ignore[attr-defined]
-            ids = await asyncio.to_thread(rt.tokenize, content, add_special, parse_special)
+            ids = await self.prep_pool.run(rt.tokenize, content, add_special, parse_special)
             return spec.name, ids, [rt.token_bytes(t) for t in ids]
 
     async def detokenize(self, model: str | None, tokens: list[int]) -> tuple[str, str]:
         spec = self.generator_spec(model)
         async with self.registry.use(spec.name, GEN) as rt:  # type: ignore[attr-defined]
             rt.check_tokens(tokens, "tokens")
-            return spec.name, await asyncio.to_thread(rt.detokenize, tokens)
+            return spec.name, await self.prep_pool.run(rt.detokenize, tokens)
 
     def stop_generation(self, model: str | None = None) -> int:
         """Cancel the active streams of `model` (or of every model). Non-streamed requests

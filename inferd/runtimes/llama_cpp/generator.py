@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.registry.discovery import model_ggufs
 from inferd.registry.spec import ModelSpec
+from inferd.runtimes.llama_cpp.grammar_vocab import GrammarVocabView
 from inferd.runtimes.llama_cpp.context import ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
@@ -129,6 +131,11 @@ class LlamaGenerator:
 
     def make_sampler(self, params: SamplingParams) -> Sampler:
         return Sampler(self.model, params)
+
+    @cached_property
+    def grammar_vocab(self) -> GrammarVocabView:
+        """What a grammar can match in this vocabulary (checked before sampling starts)."""
+        return GrammarVocabView(self.model)
 
     async def set_lora(self, name: str | None, path: Path | None = None, scale: float = 1.0) -> None:
         """Switch to adapter `name` at `path` (None: base weights) once the model's active
