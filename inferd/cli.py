@@ -79,8 +79,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     for spec in service.registry.specs.values():
         log.info("  %-12s %s (%s, %s)", spec.kind.value, spec.name, spec.format, spec.source)
     app = create_app(settings, service)
+    from inferd.api.http_protocol import http_protocol
+
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5)
+                timeout_graceful_shutdown=5, http=http_protocol())
     return 0
 
 

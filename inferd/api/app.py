@@ -9,13 +9,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import control, gen_control
+from inferd.api import control, gen_control, openapi_doc
 from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
-from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
+from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext
 from inferd.api.origins import BrowserGuard, OriginPolicy
 from inferd.api.ollama import embed_routes as ollama_embed
 from inferd.api.ollama import gen_routes as ollama_gen
@@ -24,7 +24,7 @@ from inferd.api.openai import embed_routes as openai_embed
 from inferd.api.openai import gen_routes as openai_gen
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
-from inferd.errors import InferdError, InvalidInput, NotFound
+from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.service import InferenceService
 
 ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
@@ -45,6 +45,8 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     msg = e.get("msg", "invalid value")
     if e.get("type") == "missing":
+        if param is None:  # the body itself
+            return "the request body is missing: send a JSON object", None
         return f"'{param}' is required", param
     more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
     return (f"{param}: {msg}" if param else msg) + more, param
@@ -77,9 +79,9 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
-            err: InferdError = NotFound(f"no route {request.method} {request.url.path}")
+            err: InferdError = NotFound(f"no route {request.method} {echo(request.url.path)}")
         elif exc.status_code == 405:
-            err = InvalidInput(f"method {request.method} not allowed on {request.url.path}")
+            err = InvalidInput(f"method {echo(request.method)} not allowed on {echo(request.url.path)}")
         else:
             err = InvalidInput(str(exc.detail))
         return error_response(err, family_of(request.url.path), status=exc.status_code)
@@ -90,8 +92,10 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
 
     for r in ROUTERS:
         app.include_router(r)
+    openapi_doc.install(app)  # the real statuses and envelopes, not FastAPI's 422
 
     # Outermost last: RequestContext sees every response, including auth and size refusals.
+    app.add_middleware(JsonTextGuard)
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())

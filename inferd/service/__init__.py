@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from inferd.service.chunking import ChunkingVerbs, ChunkResult
+from inferd.service.chunking import CHUNK_CACHE_BYTES, ChunkingVerbs, ChunkResult, chunk_cache_size
 from inferd.service.core import CoreService, available_backends, discover_all
 from inferd.service.encoders import EmbedResult, EncoderVerbs, RerankResult
 from inferd.service.generation import GenerationStream, GenerationVerbs
@@ -19,7 +19,7 @@ from inferd.text.cache import TTLCache
 
 class InferenceService(GenerationVerbs, LoraVerbs, TabularVerbs, EncoderVerbs, ChunkingVerbs, CoreService):
     def __post_init__(self) -> None:
-        self._chunk_cache = TTLCache(ttl=120.0, max_items=1024)
+        self._chunk_cache = TTLCache(ttl=120.0, max_items=1024, max_bytes=CHUNK_CACHE_BYTES, size=chunk_cache_size)
         self._streams = set()  # running generations, for /stop
         self._lora = {}  # generator -> chosen LoRA adapter (service/lora.py)
         self._lora_locks = {}

@@ -23,6 +23,15 @@ class ChunkResult:
     cache_hit: bool
 
 
+CHUNK_CACHE_BYTES = 64 << 20
+
+
+def chunk_cache_size(key: tuple, chunks: list[Chunk]) -> int:
+    """Approximate bytes a cached chunking holds: its key text and every chunk (with the
+    per-object overhead of a Chunk and its str)."""
+    return len(key[-1]) + sum(len(c.text) + 120 for c in chunks) + 200
+
+
 class ChunkingVerbs:
     _chunk_cache: TTLCache  # set by InferenceService.__post_init__
     model_chunks: Any       # EncoderVerbs.model_chunks (service/encoders.py)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InferdError, InvalidInput, ModelNotSupported
+from inferd.service.limits import check_input_count
 from inferd.registry.spec import ModelKind, ModelSpec
 from inferd.runtimes.onnx.pooling import truncate_dims
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
@@ -57,6 +58,7 @@ class EncoderVerbs:
         spec = self.spec_for(model, ModelKind.EMBEDDER)  # type: ignore[attr-defined]
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
+        check_input_count(len(inputs), self.settings, "inputs")  # type: ignore[attr-defined]
         if dimensions is not None and dimensions < 1:
             raise InvalidInput("dimensions must be at least 1", "dimensions")
         if not per_item:  # fail fast before any model work
@@ -107,6 +109,7 @@ class EncoderVerbs:
             raise InvalidInput("'query' must not be empty", "query")
         if not documents:
             return RerankResult(spec.name, [], 0)
+        check_input_count(len(documents), self.settings, "documents")  # type: ignore[attr-defined]
         async with self.admission.slot():  # type: ignore[attr-defined]
             async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as rt:  # type: ignore[attr-defined]
                 encs = await asyncio.to_thread(rt.prepare, query, list(documents))
