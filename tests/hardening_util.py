@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +24,16 @@ def child_server(models_dir: Path | None, *flags: str, env: dict[str, str] | Non
     port = free_port()
     cmd = [sys.executable, "-m", "inferd", "serve", "--port", str(port), "--no-builtins", "--threads", "1",
            "--models-dir", str(models_dir or "/nonexistent/models"), "--ml-dir", "/nonexistent/ml", *flags]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})})
+    # The log goes to a file: a pipe nobody reads fills up and blocks the server.
+    log = tempfile.NamedTemporaryFile("w+b", prefix="inferd-child-", suffix=".log")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
         while wait:
             if proc.poll() is not None:
-                raise RuntimeError(f"inferd exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+                log.seek(0)
+                raise RuntimeError(f"inferd exited with {proc.returncode}: {log.read().decode()[-2000:]}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
@@ -45,6 +48,7 @@ def child_server(models_dir: Path | None, *flags: str, env: dict[str, str] | Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 def alive(url: str, proc: subprocess.Popen) -> bool:

@@ -4,6 +4,7 @@ stops when the client is gone (on d5904cf it ran on for as long as it took, the 
 free and /metrics idle)."""
 
 import asyncio
+import json
 import socket
 import time
 
@@ -51,21 +52,22 @@ def test_a_queued_streamed_request_leaves_the_queue_when_its_client_goes(srv):
             await release.wait()
 
     held = asyncio.run_coroutine_threadsafe(hold(), srv.loop)
-    assert _wait(lambda: adm.in_flight == 1, 5)
-    body = b'{"model": "tiny", "stream": true, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}'
-    s = _open(srv, body)
-    assert _wait(lambda: adm.queued == 1, 10), "the streamed request never queued"
-    s.close()
-    # d5904cf: it stayed queued until granted or until --queue-timeout (60 s).
-    assert _wait(lambda: adm.queued == 0, 3), "the gone client is still queued"
-    srv.loop.call_soon_threadsafe(release.set)
-    held.result(5)
+    try:
+        assert _wait(lambda: adm.in_flight == 1, 5)
+        body = b'{"model": "tiny", "stream": true, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}'
+        s = _open(srv, body)
+        assert _wait(lambda: adm.queued == 1, 10), "the streamed request never queued"
+        s.close()
+        # d5904cf: it stayed queued until granted or until --queue-timeout (60 s).
+        assert _wait(lambda: adm.queued == 0, 3), "the gone client is still queued"
+    finally:
+        srv.loop.call_soon_threadsafe(release.set)
+        held.result(5)
     assert _wait(lambda: adm.in_flight == 0, 5)
 
 
 def test_preparation_stops_when_the_client_goes(srv):
     adm = srv.service.admission
-    import json
 
     body = json.dumps({"model": "tiny", "stream": True, "max_tokens": 4, "messages": HI,
                        "chat_template": SLOW_TEMPLATE}).encode()
