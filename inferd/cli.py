@@ -6,10 +6,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from inferd import __version__
 from inferd.config import Settings, load_settings
 from inferd.errors import ConfigError
+from inferd.models import ModelSpec
 
 log = logging.getLogger("inferd")
 
@@ -36,6 +38,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="allow a non-loopback --host (inferd has no TLS)")
     a("--keep-alive", help="unload a model this long after its last use (300, 5m, 1h; -1 = never)")
     a("--max-loaded-models", type=int)
+    a("--max-memory", help="memory budget of loaded models (8GiB, 512MiB, bytes; 0 = none; "
+                           "default 75%% of RAM): idle models are evicted LRU, a model that cannot fit is a 507")
     a("--max-concurrent-requests", type=int)
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")
@@ -53,8 +57,15 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-inputs", type=int, help="inputs per request: embeddings, rerank documents, "
       "extract and rewrite inputs (default 2048)")
     a("--prep-threads", type=int, help="threads preparing requests: templates, tokenizing, grammars (default 4)")
+    a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
+                                       "here; needs --cluster-config and inferd[cluster]")
+    a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
+    a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
+    a("--slots-show-prompts", action="store_const", const=True, default=None,
+      help="GET /slots shows the text cached in each slot")
+    a("--otlp-endpoint", help="export OpenTelemetry traces over OTLP/HTTP to this collector (needs inferd[otel])")
 
 
 def _settings(ns: argparse.Namespace) -> Settings:
@@ -68,11 +79,16 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     from inferd.api.app import create_app
     from inferd.logs import setup_logging
+    from inferd.observability.server import DrainingServer
     from inferd.service import InferenceService
 
     settings = _settings(ns)
     settings.check_bind()
     setup_logging(settings.log_level, settings.log_format)
+    if getattr(ns, "ray", None):
+        from inferd.cluster.cli import serve_on_ray
+
+        return serve_on_ray(ns.ray, ns.cluster_config, settings)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -81,17 +97,24 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     app = create_app(settings, service)
     from inferd.api.http_protocol import http_protocol
 
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5, http=http_protocol())
-    return 0
+    # The first SIGTERM drains (observability/drain.py) before uvicorn's own shutdown runs.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=5, http=http_protocol())
+    server = DrainingServer(config, service.observer.drain)
+    server.run()
+    return 0 if server.started else 1
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _no_loads(spec: ModelSpec) -> Callable[[ModelSpec], Any]:
+    raise ConfigError(f"`inferd models` does not load models ({spec.name})")
 
 
 def cmd_models(ns: argparse.Namespace) -> int:
@@ -100,7 +123,7 @@ def cmd_models(ns: argparse.Namespace) -> int:
 
     settings = _settings(ns)
     found = discover_all(settings)
-    Registry.build(found.specs, lambda s: None)  # duplicate names are an error here too
+    Registry.build(found.specs, _no_loads)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
              s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
@@ -131,9 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands contributed by other modules: fn(subparsers) -> None. Imported here, not
     at the top, so `inferd serve` pays for none of them."""
+    from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import]
+    return [ml_import, cluster]
 
 
 def main(argv: list[str] | None = None) -> int:

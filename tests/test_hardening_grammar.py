@@ -76,11 +76,12 @@ def test_grammars_that_allow_no_token_are_400s_on_every_route(child):
 
 DEAD_END = textwrap.dedent('''
     import json, sys, threading
-    from inferd.registry.spec import ModelKind, ModelSpec
+    from inferd.models import ModelKind, ModelSpec
     from inferd.runtimes.llama_cpp.generator import LlamaGenerator
-    from inferd.scheduling.generation import Job
+    from inferd.scheduling.generation import GenerationEngine, Job
     from inferd.types import SamplingParams
     gen = LlamaGenerator(ModelSpec("tiny", ModelKind.GENERATOR, "gguf", sys.argv[1], "test"), n_seq=2, n_threads=1)
+    engine = GenerationEngine(gen, name="tiny")
     done, out = threading.Event(), {}
     def sink(name):
         def put(d):
@@ -95,10 +96,11 @@ DEAD_END = textwrap.dedent('''
     # Built directly, past the service's static check: the runtime guard alone must hold.
     bad = gen.make_sampler(SamplingParams(grammar='root ::= "a" "\\\\x00"', seed=1))
     good = gen.make_sampler(SamplingParams(seed=1))
-    gen.engine.submit(Job(prompt=prompt, sampler=bad, max_tokens=8, sink=sink("bad")))
-    gen.engine.submit(Job(prompt=prompt, sampler=good, max_tokens=8, sink=sink("good")))
+    engine.submit(Job(prompt=prompt, sampler=bad, max_tokens=8, sink=sink("bad")))
+    engine.submit(Job(prompt=prompt, sampler=good, max_tokens=8, sink=sink("good")))
     done.wait(60)
     print(json.dumps(out))
+    engine.close()
     gen.close()
 ''')
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from inferd.errors import InvalidInput
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
 from inferd.service.generation import prepare
 from inferd.text.cache import TTLCache
 from inferd.types import GenerateRequest, SamplingParams

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import control, gen_control, openapi_doc
+from inferd.api import console, control, gen_control, observe, openapi_doc
 from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
+from inferd.api.antfly import extract_routes as antfly_extract
 from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
@@ -27,8 +29,9 @@ from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.service import InferenceService
 
-ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
-           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
+ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
+           antfly_routes.router,
+           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router]
 
 
@@ -52,7 +55,10 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {msg}" if param else msg) + more, param
 
 
-def create_app(settings: Settings, service: InferenceService | None = None) -> FastAPI:
+def create_app(settings: Settings, service: InferenceService | None = None,
+               inner_middleware: list[tuple[Any, dict[str, Any]]] | None = None) -> FastAPI:
+    """`inner_middleware`: (class, kwargs) pairs placed innermost, between the security and
+    limit middleware and the router (the cluster ingress's forwarder goes there)."""
     service = service or InferenceService.from_settings(settings)
 
     @contextlib.asynccontextmanager
@@ -62,6 +68,8 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
             yield
         finally:
             await service.close()
+            if service.observer.tracer is not None:  # flush the last spans
+                service.observer.tracer.close()
 
     app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.service = service
@@ -95,6 +103,10 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
     openapi_doc.install(app)  # the real statuses and envelopes, not FastAPI's 422
 
     # Outermost last: RequestContext sees every response, including auth and size refusals.
+    for cls, kwargs in inner_middleware or ():
+        app.add_middleware(cls, **kwargs)
+    # Inside auth and CORS (its 503s get both), outside the cluster forwarder (drain gates all).
+    app.add_middleware(observe.Observe, observer=service.observer)
     app.add_middleware(JsonTextGuard)
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
@@ -103,7 +115,8 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
     # BrowserGuard has refused every disallowed Origin before CORS runs, so CORS may echo any
     # origin that reaches it (a "*" would also answer pages we never allowed).
     app.add_middleware(CORSMiddleware, allow_origin_regex=".*", allow_methods=["*"],
-                       allow_headers=["*"], expose_headers=["x-request-id", "retry-after"])
+                       allow_headers=["*"], expose_headers=["x-request-id", "retry-after", "x-queue-time",
+                                                       "x-inference-time", "x-compute-tokens"])
     app.add_middleware(BrowserGuard, policy=OriginPolicy(settings.cors_origins, settings.allowed_hosts, settings.host))
     app.add_middleware(RequestContext, metrics=service.metrics)
     return app

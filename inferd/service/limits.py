@@ -1,25 +1,24 @@
-"""Per-request input-count limits, shared by every verb that takes a list of inputs.
-
-`--max-batch-inputs` (default 2048, OpenAI's own limit for embeddings) bounds embeddings
-inputs, rerank documents, and extract / rewrite inputs: 10^4 small embeddings inputs once
-took 12.7 s and +514 MB for one request. Over the limit is a 413 naming it."""
+"""Engine rules that hold for every face: how many stop strings, how long each may be, how
+many logit_bias entries. The faces only translate their fields; the limits live here so
+/v1/completions, /api/generate and /ai/v1/generate cannot disagree about them."""
 
 from __future__ import annotations
 
-from typing import Any
+from inferd.errors import InvalidInput
+from inferd.types import GenerateRequest
 
-from inferd.errors import PayloadTooLarge
-
-DEFAULT_MAX_BATCH_INPUTS = 2048
-
-
-def max_batch_inputs(settings: Any) -> int:
-    return int(getattr(settings, "max_batch_inputs", None) or DEFAULT_MAX_BATCH_INPUTS)
+MAX_STOPS = 16            # llama-server and vLLM accept more than OpenAI's 4; each costs per-token work
+MAX_STOP_CHARS = 512
+MAX_LOGIT_BIAS = 1024     # entries; each is applied to every sampled token
 
 
-def check_input_count(n: int, settings: Any, what: str = "inputs") -> None:
-    """Raise PayloadTooLarge (413) when a request carries more than the limit of `what`."""
-    limit = max_batch_inputs(settings)
-    if n > limit:
-        raise PayloadTooLarge(f"the request has {n} {what}; the limit is {limit} per request "
-                              "(--max-batch-inputs)")
+def check_engine_limits(req: GenerateRequest, stop_param: str = "stop") -> None:
+    if len(req.stop) > MAX_STOPS:
+        raise InvalidInput(f"at most {MAX_STOPS} stop sequences (got {len(req.stop)})", stop_param)
+    for s in req.stop:
+        if len(s) > MAX_STOP_CHARS:
+            raise InvalidInput(f"a stop sequence may have at most {MAX_STOP_CHARS} characters "
+                               f"(got {len(s)})", stop_param)
+    n = len(req.sampling.logit_bias)
+    if n > MAX_LOGIT_BIAS:
+        raise InvalidInput(f"logit_bias may have at most {MAX_LOGIT_BIAS} entries (got {n})", "logit_bias")
