@@ -21,12 +21,13 @@ def test_schemathesis_finds_no_server_errors(tmp_path):
         cmd = [sys.executable, "-m", "schemathesis.cli", "run", url + "/openapi.json",
                "--checks", "not_a_server_error,status_code_conformance",
                # One worker: hypothesis with several threads trips a CPython AST recursion bug.
-               "--phases", "coverage,fuzzing", "--max-examples", "2", "--max-time", "150", "--workers", "1",
+               "--phases", "coverage,fuzzing", "--max-examples", "2", "--max-time", "45", "--workers", "1",
+               "--exclude-path", "/admin/drain",  # drains and then stops the server, by design
                "--seed", "9", "--request-timeout", "30", "--no-color", "--suppress-health-check", "all"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         out = p.stdout + p.stderr
         assert proc.poll() is None, "the server died under fuzzing"
         assert p.returncode == 0, out[-6000:]
         summary = out.split("SUMMARY")[-1]
-        assert "Tested: 45" in summary or "Selected: " in summary and "failed" not in summary.lower(), summary
+        assert "✅ Coverage" in summary and "failed" not in summary.lower(), summary  # every operation covered
         assert "Runtime Error" not in summary and "Network Error" not in summary, summary
