@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 
-from inferd.errors import InvalidInput
 
 MAX_CODEPOINT = 0x10FFFF
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NoReturn, Protocol
 
 from inferd.chat.gbnf import MAX_CODEPOINT, CharSet
 from inferd.errors import InvalidInput
@@ -52,7 +52,7 @@ class GrammarVocab(Protocol):
 @dataclass(slots=True)
 class _Item:
     kind: int
-    value: object          # LIT: tuple of code points; CLS: CharSet; TOK: (negated, id | text); REF: rule index
+    value: Any             # LIT: tuple of code points; CLS: CharSet; TOK: (negated, id | text); REF: rule index
     optional: bool
     pos: int
 
@@ -68,7 +68,7 @@ class _Parser:
         self.rule = ""
         self.depth = 0
 
-    def fail(self, msg: str, pos: int | None = None):
+    def fail(self, msg: str, pos: int | None = None) -> NoReturn:
         pos = self.pos if pos is None else pos
         line = self.s.count("\n", 0, pos) + 1
         col = pos - (self.s.rfind("\n", 0, pos) + 1) + 1
@@ -412,7 +412,7 @@ def check_gbnf(text: str, param: str = "grammar", vocab: GrammarVocab | None = N
         raise InvalidInput("invalid grammar: it has no 'root' rule (sampling starts from 'root')", param=param)
     root = p.index["root"]
 
-    def fail(msg: str):
+    def fail(msg: str) -> NoReturn:
         raise InvalidInput(f"invalid grammar: {msg}", param=param)
 
     nullable = _fixpoint(p.alts, lambda it: it.kind == LIT and not it.value)
@@ -438,7 +438,7 @@ def _check_vocab(p: _Parser, root: int, vocab: GrammarVocab, fail) -> None:
                     if ref >= vocab.n_vocab:
                         p.fail(f"token id {ref} is out of range for this model (vocabulary of {vocab.n_vocab})",
                                it.pos)
-                    tid = ref
+                    tid: int | None = ref
                 else:
                     tid = vocab.token_id(ref)
                     if tid is None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 from inferd.errors import Cancelled, InvalidInput, ModelUnloaded, Overloaded
 from inferd.models import ModelKind
 from inferd.scheduling.admission import Admission
@@ -27,10 +29,11 @@ class ChunkResult:
 CHUNK_CACHE_BYTES = 64 << 20
 
 
-def chunk_cache_size(key: tuple, chunks: list[Chunk]) -> int:
+def chunk_cache_size(key: Hashable, chunks: Any) -> int:
     """Approximate bytes a cached chunking holds: its key text and every chunk (with the
     per-object overhead of a Chunk and its str)."""
-    return len(key[-1]) + sum(len(c.text) + 120 for c in chunks) + 200
+    text = key[-1] if isinstance(key, tuple) else ""
+    return len(text) + sum(len(c.text) + 120 for c in chunks) + 200
 
 
 class ChunkingService:

@@ -68,7 +68,7 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
     except RecursionError as e:  # a pathological nesting a bounded check did not catch
         raise InvalidInput("the request is nested too deeply to process") from e
     except UnicodeError as e:  # a lone surrogate ("\ud800") is no text a model can read
-        raise InvalidInput(f"the request holds text that is not valid Unicode ({e.reason})") from e
+        raise InvalidInput(f"the request holds text that is not valid Unicode ({getattr(e, 'reason', e)})") from e
 
 
 def _prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
