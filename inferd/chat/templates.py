@@ -53,8 +53,21 @@ def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: b
     return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
 
-@functools.lru_cache(maxsize=64)
+MAX_TEMPLATE_CHARS = 1 << 18   # real chat templates are a few KB; this is a request field
+MAX_CACHED_TEMPLATE_CHARS = 1 << 15
+
+
 def compile_template(source: str) -> jinja2.Template:
+    """The compiled template. Small ones are cached (models' own, repeated request ones);
+    large ones are compiled each time, so 64 cache entries cannot pin megabytes each."""
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise InvalidInput(f"chat_template is longer than {MAX_TEMPLATE_CHARS} characters", "chat_template")
+    if len(source) > MAX_CACHED_TEMPLATE_CHARS:
+        return _compile(source)
+    return _compile_cached(source)
+
+
+def _compile(source: str) -> jinja2.Template:
     env = bounded_environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
@@ -63,6 +76,11 @@ def compile_template(source: str) -> jinja2.Template:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise InvalidInput(f"chat template does not compile: {e.message} (line {e.lineno})", "chat_template") from e
+    except RecursionError as e:  # "((((...": Jinja's parser recurses per level
+        raise InvalidInput("chat template does not compile: nested too deeply", "chat_template") from e
+
+
+_compile_cached = functools.lru_cache(maxsize=64)(_compile)
 
 
 def _text_of(content: Any, index: int) -> str | None:
