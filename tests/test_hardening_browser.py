@@ -86,14 +86,14 @@ def test_flags_open_origins_and_hosts():
 
 
 def test_empty_api_key_is_refused_at_start():
-    for args, env in (([" --api-key", ""], {}), ([], {"INFERD_API_KEY": ""}), (["--api-key", "  "], {})):
-        args = [a.strip() for a in args]
+    for args, env in ((["--api-key", ""], {}), ([], {"INFERD_API_KEY": ""})):
         p = subprocess.run([sys.executable, "-m", "inferd", "serve", "--no-builtins", "--port", "1", *args],
                            capture_output=True, text=True, timeout=60, env={**__import__("os").environ, **env})
         assert p.returncode == 2, (args, env, p.stderr)
         assert "api_key is empty" in p.stderr
-    with pytest.raises(ConfigError, match="api_key is empty"):
-        load_settings({"api_key": ""})
+    for key in ("", "  "):
+        with pytest.raises(ConfigError, match="api_key is empty"):
+            load_settings({"api_key": key})
 
 
 def test_options_is_no_way_around_the_key():
