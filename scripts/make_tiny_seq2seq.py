@@ -368,6 +368,7 @@ def family(root: Path, name: str, m, gen: GenerationConfig, tok: Tokenizer, tok_
                                 unk_token="<unk>").save_pretrained(str(hf))
         out = root / f"tiny-{name}-ct2"
         ctranslate2.converters.TransformersConverter(str(hf)).convert(str(out), force=True)
+        (out / "model_manifest.json").write_text(json.dumps({"architecture": type(m).__name__}, indent=2) + "\n")
         shutil.copy(tok_path, out / "tokenizer.json")
         gen.to_json_file(str(out / "generation_config.json"))
         shutil.rmtree(hf)

@@ -13,6 +13,7 @@ from inferd.api import control, gen_control
 from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import ml_routes as antfly_ml
+from inferd.api.antfly import rewrite_routes as antfly_rewrite
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
@@ -28,7 +29,7 @@ from inferd.service import InferenceService
 
 ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
-           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router]
+           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_rewrite.router]
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -23,6 +23,9 @@ LOADERS: dict[tuple[ModelKind, str], str] = {
     (ModelKind.CHUNKER, "onnx"): "inferd.runtimes.onnx:load_chunker",
     # generators: continuous batching over llama.cpp (inferd/runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): "inferd.runtimes.llama_cpp:load_generator",
+    # rewriters: seq2seq on onnxruntime or CTranslate2 (runtimes/seq2seq; composed in service/rewriting.py)
+    (ModelKind.REWRITER, "onnx"): "inferd.service.rewriting:load_rewriter",
+    (ModelKind.REWRITER, "ctranslate2"): "inferd.service.rewriting:load_rewriter",
     # tabular predictors (inferd/runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): "inferd.runtimes.tabular:load",
 }

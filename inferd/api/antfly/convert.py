@@ -29,6 +29,8 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
                                       "inputs": _INPUTS.get(s.kind, ["text"]), "format": s.format,
                                       **(extras(s) if extras else {})}
+        if s.kind is ModelKind.REWRITER:
+            out[s.kind.plural][s.name]["architecture"] = s.manifest.get("architecture")
     return out
 
 

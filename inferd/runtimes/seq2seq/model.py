@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from inferd.errors import InvalidInput
@@ -16,18 +15,6 @@ from inferd.runtimes.seq2seq.files import Seq2SeqFiles, architecture, input_limi
 log = logging.getLogger("inferd.runtimes.seq2seq")
 
 MAX_BEAMS = 16
-
-
-@dataclass(frozen=True)
-class Options:
-    """What a request may set (None = the model's generation_config.json, else transformers' default)."""
-
-    max_tokens: int | None = None
-    num_beams: int | None = None
-    num_return_sequences: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
 
 
 def _eos(v: Any) -> tuple[int, ...]:
@@ -83,8 +70,9 @@ class Rewriter:
     def prepare(self, texts: Sequence[str]) -> list[Encoded]:
         return self.tokenizer.encode(list(texts))
 
-    def params(self, o: Options) -> DecodeParams:
-        """The search for one request; bad values are the request's 400, never ignored."""
+    def params(self, o: Any) -> DecodeParams:
+        """The search for one request (`o`: max_tokens, num_beams, num_return_sequences,
+        temperature, top_p, seed; None = the model's default); bad values are a 400, never ignored."""
         d = self.defaults
         sampling = d.do_sample if o.temperature is None else o.temperature > 0
         beams = o.num_beams if o.num_beams is not None else (1 if sampling and o.temperature else d.num_beams)
