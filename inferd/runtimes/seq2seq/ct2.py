@@ -3,8 +3,12 @@
 tokenized with the folder's tokenizer.json and handed over as token strings; the output
 strings are mapped back to ids with the same vocabulary, then detokenized.
 
-One call serves inputs with the same decoding options (the batcher groups them); a seed is
-CTranslate2's process-wide random seed, set just before the call on the worker thread."""
+One call serves inputs with the same decoding options (the batcher groups them).
+
+Seeds: CTranslate2 seeds each of its worker threads' random generator once, when the thread
+first samples, so re-seeding a running Translator does nothing. A sampled request with a
+seed therefore runs on a private Translator (its fresh thread takes the seed); loading one
+costs about as long as loading the model, which is what "same seed, same output" costs here."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class Ct2Seq2Seq:
                                                      intra_threads=threads or 0)
         except Exception as e:  # ctranslate2 raises RuntimeError/ValueError for bad folders
             raise ModelLoadFailed(f"ctranslate2 could not load {files.folder}: {e}") from e
+        self.folder, self.threads = str(files.folder), threads or 0
         self.id_to_token, self.token_to_id = id_to_token, token_to_id
         self.graph_paths = {"model": str(files.graphs["model"])}
         self.calls = 0
@@ -41,10 +46,13 @@ class Ct2Seq2Seq:
     def run(self, inputs: Sequence[tuple[int, ...]], p: DecodeParams) -> list[list[list[int]]]:
         """Generated ids (end token included when produced) per input, best first."""
         source = [[self.id_to_token(i) for i in ids] for ids in inputs]
+        translator = self.translator
         if p.do_sample and p.seed is not None:
-            ctranslate2.set_random_seed(int(p.seed))
+            ctranslate2.set_random_seed(int(p.seed) % 2**32)
+            translator = ctranslate2.Translator(self.folder, device="cpu", inter_threads=1,
+                                                intra_threads=self.threads)
         end = [self.id_to_token(e) for e in p.eos] or None
-        res = self.translator.translate_batch(
+        res = translator.translate_batch(
             source, beam_size=p.num_beams, num_hypotheses=p.num_return, length_penalty=p.length_penalty,
             no_repeat_ngram_size=p.no_repeat_ngram_size, max_decoding_length=p.max_length - 1,
             min_decoding_length=max(0, p.min_length - 1), return_end_token=True, end_token=end,
