@@ -287,7 +287,7 @@ def test_a_request_arriving_mid_batch_does_not_wait_for_it(srv):
     done = {}
     try:
         def long():
-            done["long"] = post(srv, {"model": "t5-merged", "inputs": [LONG] * 4, "num_beams": 8, "max_tokens": 200})
+            done["long"] = post(srv, {"model": "t5-merged", "inputs": [LONG] * 4, "num_beams": 8, "max_tokens": 60})
             done["long_t"] = time.time()
 
         t = threading.Thread(target=long)
@@ -300,3 +300,25 @@ def test_a_request_arriving_mid_batch_does_not_wait_for_it(srv):
     finally:
         undo()
     assert done["long"].status_code == 200 and done["long_t"] > short_t
+
+
+def test_a_failing_pass_fails_its_requests_only(srv):
+    post(srv, {"model": "t5-antfly", "inputs": ["warm up"]})
+    h = handle(srv, "t5-antfly")
+    backend = h.scheduler.backend
+    real = backend.step
+
+    def broken(tokens, state):
+        raise RuntimeError("the accelerator caught fire")
+
+    backend.step = broken
+    try:
+        r = post(srv, {"model": "t5-antfly", "inputs": T5["inputs"][2:], "max_tokens": 8})
+        assert_antfly_error(r, 500, "INFERENCE_FAILED", "caught fire")
+        per = post(srv, {"model": "t5-antfly", "inputs": T5["inputs"][2:], "max_tokens": 8, "error_policy": "per_item"})
+        assert per.status_code == 200 and per.json()["summary"]["failed"] == 2
+        assert {e["code"] for e in per.json()["errors"]} == {"INFERENCE_FAILED"}
+    finally:
+        backend.step = real
+    r = post(srv, {"model": "t5-antfly", "inputs": T5["inputs"]})
+    assert [d["texts"] for d in r.json()["data"]] == T5["cases"]["greedy"]["texts"]
