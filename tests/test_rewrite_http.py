@@ -322,3 +322,30 @@ def test_a_failing_pass_fails_its_requests_only(srv):
         backend.step = real
     r = post(srv, {"model": "t5-antfly", "inputs": T5["inputs"]})
     assert [d["texts"] for d in r.json()["data"]] == T5["cases"]["greedy"]["texts"]
+
+
+def test_max_tokens_stops_at_a_learned_position_table(srv):
+    """BART's decoder has 64 positions: 63 new tokens at most (T5's relative ones have no end)."""
+    assert_antfly_error(post(srv, {"model": "bart-optimum", "inputs": ["x"], "max_tokens": 64}), 400,
+                        "INVALID_REQUEST", "between 1 and 63")
+    r = post(srv, {"model": "bart-optimum", "inputs": BART["inputs"], "max_tokens": 63, "num_beams": 4})
+    assert r.status_code == 200
+    assert post(srv, {"model": "t5-antfly", "inputs": ["x"], "max_tokens": 200}).status_code == 200
+
+
+def test_a_large_request_is_split_into_cohorts_within_the_memory_budget(srv):
+    """8 long inputs x 16 beams (8 x 16 x 48 = 6,144 row-tokens) with a 8,192 budget per cohort: all
+    answered, in more than one cohort when the budget is small."""
+    post(srv, {"model": "t5-merged", "inputs": ["warm up"]})
+    h = handle(srv, "t5-merged")
+    sched = h.scheduler
+    old = sched.max_tokens
+    sched.max_tokens = 1000  # 20 rows of 48 source tokens per cohort
+    try:
+        before = h.stats.cohorts
+        r = post(srv, {"model": "t5-merged", "inputs": [LONG] * 8, "num_beams": 16, "max_tokens": 4})
+        assert r.status_code == 200 and len(r.json()["data"]) == 8
+        assert h.stats.cohorts - before == 8  # 16 rows x 48 each: one input per cohort
+        assert len({json.dumps(d["texts"]) for d in r.json()["data"]}) == 1  # same input, same answer
+    finally:
+        sched.max_tokens = old

@@ -12,8 +12,10 @@ once in a new cohort instead of waiting for the old one to finish.
 - An input whose search finished leaves its cohort's rows at once (its answer is sent).
 - An input whose request went away (client disconnected) is dropped before the next step.
 - A failing pass fails every input of that cohort, each with its own error; others go on.
-- `max_rows` bounds the decoder rows alive at once (memory), `max_tokens` the padded
-  size of one encoder pass; inputs beyond either wait for the next cohort.
+- Memory: a cohort's rows x padded source length stays within `max_tokens` (the encoder
+  pass and the cross-attention cache scale with it), all live cohorts together within
+  `LIVE_FACTOR` x `max_tokens`, and at most `max_rows` rows live at once; inputs beyond
+  wait for the next cohort. One input over the budget still runs, alone.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,8 @@ from inferd.errors import InferdError, InferenceFailed
 from inferd.runtimes.seq2seq.decoding import DecodeParams, Search, make_search, plan_step
 
 log = logging.getLogger("inferd.seq2seq")
+
+LIVE_FACTOR = 4  # live cohorts' rows x source tokens, in units of one cohort's budget
 
 
 @dataclass
@@ -61,7 +65,7 @@ class _Cohort:
     state: Any
     tokens: np.ndarray
     id: int = 0
-    live: list[bool] = field(default_factory=list)
+    width: int = 0            # padded source length
 
 
 def _deliver(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:
@@ -123,23 +127,25 @@ class Seq2SeqScheduler:
             for c in list(self._cohorts):
                 self._step(c)
 
-    def _rows_live(self) -> int:
-        return sum(len(c.tokens) for c in self._cohorts)
-
     def _take_pending(self) -> list[_Job]:
-        """Inputs for a new cohort, in arrival order, within the row and padding budgets."""
+        """Inputs for a new cohort, in arrival order, within the row and memory budgets."""
         out: list[_Job] = []
-        rows, longest = self._rows_live(), 0
+        rows = sum(len(c.tokens) for c in self._cohorts)
+        live = sum(len(c.tokens) * c.width for c in self._cohorts)
+        mine, longest = 0, 0
         keep: list[_Job] = []
         for j in self._pending:
             if j.cancelled or j.fut.done():
                 self.stats.cancelled += 1
                 continue
             wide = max(longest, len(j.ids))
-            fits = rows + j.params.num_beams <= self.max_rows and (len(out) + 1) * wide <= self.max_tokens
+            cost = (mine + j.params.num_beams) * wide
+            fits = (rows + j.params.num_beams <= self.max_rows and cost <= self.max_tokens
+                    and live + cost <= LIVE_FACTOR * self.max_tokens)
             if fits or (not out and not self._cohorts):  # one oversized input still runs, alone
                 out.append(j)
                 rows += j.params.num_beams
+                mine += j.params.num_beams
                 longest = wide
             else:
                 keep.append(j)
@@ -177,7 +183,7 @@ class Seq2SeqScheduler:
             a += j.params.num_beams
         self.stats.cohorts += 1
         self.stats.inputs += len(jobs)
-        c = _Cohort(jobs, spans, state, starts, id=self.stats.cohorts)
+        c = _Cohort(jobs, spans, state, starts, id=self.stats.cohorts, width=int(mask.shape[1]))
         self._advance(c, logits)
         if len(c.tokens):
             self._cohorts.append(c)

@@ -62,7 +62,10 @@ class Rewriter:
         self.defaults = GenerationDefaults(files.config, files.generation)
         if not self.defaults.eos:
             log.warning("rewriter %s: no eos_token_id in its config; it stops only at max_tokens", name)
-        self.cap = max_new_tokens_cap
+        # Decoders with a learned position table (BART, Marian, Pegasus) cannot go past it;
+        # T5's relative positions have no such end.
+        positions = files.config.get("max_position_embeddings") if files.layout != "ctranslate2" else None
+        self.cap = min(max_new_tokens_cap, int(positions) - 1) if positions else max_new_tokens_cap
         self.architecture = architecture(files.folder, files.manifest)
         self.kind = files.layout
         self.vocab_size = self.tokenizer.vocab_size
