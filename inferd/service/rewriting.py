@@ -1,6 +1,6 @@
 """Rewriting with seq2seq models (question generation, query generation, paraphrase,
-translation): the `rewrite` verb, and the loader that composes a rewriter's runtime with its
-batcher.
+translation): the `rewrite` verb, the rewriter's handle, and its loader (registered in the
+composition root, loading.py), which wraps the leaf runtime in its batcher.
 
 rewrite(): resolve the served name (unknown -> 404, wrong kind -> 400), validate the options
 against the model's generation_config.json, take an admission slot, tokenize (an input over
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.errors import InferdError, InvalidInput, ModelLoadFailed
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
+from inferd.runtimes.options import RuntimeOptions
 
 log = logging.getLogger("inferd.service.rewriting")
 
@@ -68,10 +69,11 @@ class RewriteResult:
 
 
 class RewriterHandle:
-    """What the registry holds for a loaded rewriter: the runtime and its batcher."""
+    """What the registry holds for a loaded rewriter: the runtime and its batcher
+    (Seq2SeqScheduler for ONNX, the encoders' Batcher of translate_batch calls for CT2)."""
 
-    def __init__(self, rewriter: Any, scheduler: Any, ct2: bool):
-        self.rewriter, self.scheduler, self.ct2 = rewriter, scheduler, ct2
+    def __init__(self, rewriter: Any, scheduler: Any, ct2: bool, size_bytes: int = 0):
+        self.rewriter, self.scheduler, self.ct2, self.size_bytes = rewriter, scheduler, ct2, size_bytes
 
     @property
     def stats(self) -> Any:
@@ -88,11 +90,7 @@ class RewriterHandle:
         self.rewriter.close()
 
 
-def _opt(settings: Any, name: str, default: Any) -> Any:
-    return getattr(settings, name, default) if settings is not None else default
-
-
-def load_rewriter(spec: ModelSpec, settings: Any = None) -> RewriterHandle:
+def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> RewriterHandle:
     """(REWRITER, onnx | ctranslate2) -> a rewriter with its scheduler (runs on a worker thread)."""
     from pathlib import Path
 
@@ -101,11 +99,13 @@ def load_rewriter(spec: ModelSpec, settings: Any = None) -> RewriterHandle:
     from inferd.scheduling.batcher import Batcher
     from inferd.scheduling.seq2seq import Seq2SeqScheduler
 
+    opts = opts or RuntimeOptions(threads=1)
     if spec.path is None:
         raise ModelLoadFailed(f"model '{spec.name}' has no files")
-    files = locate(Path(spec.path), dict(spec.manifest or {}), bool(_opt(settings, "prefer_quantized", True)))
-    threads = _opt(settings, "threads", None)
-    budget = int(_opt(settings, "max_batch_tokens", 8192))
+    folder = Path(spec.path)
+    files = locate(folder, dict(spec.manifest or {}), opts.prefer_quantized)
+    threads, budget = opts.threads, opts.max_batch_tokens
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())  # weights, mapped
     if files.layout == "ctranslate2":
         from tokenizers import Tokenizer
 
@@ -126,37 +126,28 @@ def load_rewriter(spec: ModelSpec, settings: Any = None) -> RewriterHandle:
                     out[i] = hyps
             return out
 
-        sched: Any = Batcher(run, max_tokens=budget, max_items=int(_opt(settings, "max_batch_size", 512)),
-                             name=spec.name)
+        sched: Any = Batcher(run, max_tokens=budget, max_items=opts.max_batch_size, name=spec.name)
     else:
         from inferd.runtimes.seq2seq.onnx_model import OnnxSeq2Seq
 
         backend = OnnxSeq2Seq(files, threads)
         rw = Rewriter(spec.name, files, backend, MAX_NEW_TOKENS)
-        sched = Seq2SeqScheduler(backend, rw.tokenizer.pad_id, max_rows=int(_opt(settings, "max_batch_size", 512)),
-                                 max_tokens=budget, name=spec.name)
+        sched = Seq2SeqScheduler(backend, rw.tokenizer.pad_id, max_rows=opts.max_batch_size, max_tokens=budget,
+                                 name=spec.name)
     log.info("rewriter %s: %s layout (%s), input limit %d tokens", spec.name, files.layout,
              ", ".join(p.name for p in files.graphs.values()), rw.max_length)
-    return RewriterHandle(rw, sched, files.layout == "ctranslate2")
+    return RewriterHandle(rw, sched, files.layout == "ctranslate2", size)
 
 
 class RewritingService:
-    """The rewrite verb, with its dependencies passed in (no mixin state)."""
+    """The rewrite verb, with its dependencies passed in."""
 
-    def __init__(self, registry: Any, admission: Any, settings: Any = None, metrics: Any = None):
-        self.registry, self.admission, self.settings, self.metrics = registry, admission, settings, metrics
-
-    def spec_for(self, model: str | None) -> ModelSpec:
-        if not model:
-            found = self.registry.of_kind(ModelKind.REWRITER)
-            if len(found) == 1:
-                return found[0]
-            raise InvalidInput(f"'model' is required ({len(found)} rewriters are served)", "model")
-        return self.registry.resolve(model, [ModelKind.REWRITER])
+    def __init__(self, catalog: Any, registry: Any, admission: Any):
+        self.catalog, self.registry, self.admission = catalog, registry, admission
 
     async def rewrite(self, model: str | None, inputs: Sequence[str], options: RewriteOptions, *, per_item: bool = False,
                       truncate: bool = True, keep_alive: float | None = None) -> RewriteResult:
-        spec = self.spec_for(model)
+        spec = self.catalog.resolve(model, ModelKind.REWRITER)
         if not inputs:
             raise InvalidInput("'inputs' must not be empty", "inputs")
         if len(inputs) > MAX_INPUTS:
