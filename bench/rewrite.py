@@ -9,7 +9,12 @@ clients (one input per request, greedy), against running the same files in this 
 Both sides decode the same inputs to the same tokens (checked) with the same thread count.
 Ratios are measured in one run; numbers depend on the machine and its load. Not a test.
 
-usage: python bench/rewrite.py [--threads N] [--seconds S] [--max-tokens N]
+A t5-small-sized random model (`python scripts/make_tiny_seq2seq.py --bench DIR` in the
+fixture venv) shows the per-step cost of a real model: `--onnx DIR/t5-small-random-optimum
+--ct2 DIR/t5-small-random-ct2`.
+
+usage: python bench/rewrite.py [--threads N] [--seconds S] [--max-tokens N] [--repeat R]
+                               [--onnx FOLDER] [--ct2 FOLDER]
 """
 
 from __future__ import annotations
@@ -74,7 +79,9 @@ class OnnxLoop:
         if self.merged:
             feed["use_cache_branch"] = np.array([False])
             for p in self.pasts:
-                feed[p.name] = np.zeros((1, 4, 0, 8), np.float32)
+                dims = [1] + [d if isinstance(d, int) else 1 for d in p.shape[1:]]
+                dims[2] = 0  # an empty past: the first-step branch does not read it
+                feed[p.name] = np.zeros(dims, np.float32)
         outs = self.init.run(None, feed)
         kv = dict(zip([o.name for o in self.init.get_outputs()][1:], outs[1:]))
         logits, got = outs[0][0, -1], []
@@ -117,12 +124,29 @@ class Ct2Loop:
         return [self.tok.token_to_id(t) for t in r[0].hypotheses[0]]
 
 
-def peer_rate(peer, texts: list[str], max_tokens: int, seconds: float) -> float:
-    done, t0, i = 0, time.perf_counter(), 0
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system, all threads) of a process: the cost of the work whatever else
+    the machine is doing (wall-clock ratios on a shared machine move with everyone's load)."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peer_rate(peer, texts: list[str], max_tokens: int, seconds: float) -> tuple[float, float]:
+    """(tokens per wall second, tokens per CPU second)."""
+    done, t0, c0, i = 0, time.perf_counter(), cpu_seconds(), 0
     while time.perf_counter() - t0 < seconds:
         done += len(peer.run(texts[i % len(texts)], max_tokens))
         i += 1
-    return done / (time.perf_counter() - t0)
+    return done / (time.perf_counter() - t0), done / max(1e-9, cpu_seconds() - c0)
+
+
+def server_rates(pid: int, measure) -> tuple[float, float]:
+    """(tokens per wall second, tokens per CPU second of the server process) of `measure()`."""
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    tokens = measure()
+    return tokens / (time.perf_counter() - t0), tokens / max(1e-9, cpu_seconds(pid) - c0)
 
 
 def http_batch_rate(url: str, model: str, texts: list[str], max_tokens: int, seconds: float) -> float:
@@ -135,7 +159,7 @@ def http_batch_rate(url: str, model: str, texts: list[str], max_tokens: int, sec
                                                "num_beams": 1, "temperature": 0})
             r.raise_for_status()
             tokens += r.json()["usage"]["completion_tokens"]
-        return tokens / (time.perf_counter() - t0)
+        return tokens
 
 
 # ---- inferd over HTTP --------------------------------------------------------------------------
@@ -178,7 +202,7 @@ def http_rate_one(url: str, model: str, texts: list[str], max_tokens: int, secon
             r.raise_for_status()
             tokens += r.json()["usage"]["completion_tokens"]
             i += 1
-        return tokens / (time.perf_counter() - t0)
+        return tokens
 
 
 async def http_rate(url: str, model: str, texts: list[str], max_tokens: int, clients: int,
@@ -196,9 +220,8 @@ async def http_rate(url: str, model: str, texts: list[str], max_tokens: int, cli
                 r.raise_for_status()
                 tokens += r.json()["usage"]["completion_tokens"]
                 i += clients
-        t0 = time.perf_counter()
         await asyncio.gather(*(client(k) for k in range(clients)))
-        return tokens / (time.perf_counter() - t0)
+        return tokens
 
 
 def main() -> None:
@@ -207,41 +230,51 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--max-tokens", type=int, default=15)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; the best of each is kept")
+    ap.add_argument("--onnx", type=Path, help="an optimum-layout folder instead of the fixtures")
+    ap.add_argument("--ct2", type=Path, help="a CTranslate2 folder instead of the fixture")
     a = ap.parse_args()
+    models = {name: S2S / folder for name, folder in MODELS.items()}
+    if a.onnx or a.ct2:
+        models = {k: v for k, v in (("onnx", a.onnx), ("ct2", a.ct2)) if v}
     texts = inputs(32)
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "rewriters").mkdir()
-        for name, folder in MODELS.items():
-            os.symlink(S2S / folder, Path(d) / "rewriters" / name)
+        for name, folder in models.items():
+            os.symlink(folder.resolve(), Path(d) / "rewriters" / name)
         srv = Server(Path(d), a.threads)
         try:
             rows = []
-            for name, folder in MODELS.items():
-                peer = (Ct2Loop if name.endswith("ct2") else OnnxLoop)(S2S / folder, a.threads)
+            for name, folder in models.items():
+                peer = (Ct2Loop if name.endswith("ct2") else OnnxLoop)(folder, a.threads)
                 r = httpx.post(srv.url + "/ai/v1/rewrite", json={"model": name, "inputs": texts, "temperature": 0,
                                                                  "num_beams": 1, "max_tokens": a.max_tokens},
                                timeout=120).json()
                 first = [peer.run(t, a.max_tokens) for t in texts]
                 same = [peer.tok.decode(f, skip_special_tokens=True) for f in first] == \
                     [d["texts"][0] for d in r["data"]] and sum(map(len, first)) == r["usage"]["completion_tokens"]
-                best = [0.0, 0.0, 0.0, 0.0]
+                best = [(0.0, 0.0)] * 4
+                pid = srv.proc.pid
                 for _ in range(a.repeat):  # interleaved, so that load changes hit every column alike
                     got = [peer_rate(peer, texts, a.max_tokens, a.seconds),
-                           http_rate_one(srv.url, name, texts, a.max_tokens, a.seconds),
-                           asyncio.run(http_rate(srv.url, name, texts, a.max_tokens, 8, a.seconds)),
-                           http_batch_rate(srv.url, name, texts, a.max_tokens, a.seconds)]
-                    best = [max(b, g) for b, g in zip(best, got)]
-                rows.append((name, *best, same))
+                           server_rates(pid, lambda: http_rate_one(srv.url, name, texts, a.max_tokens, a.seconds)),
+                           server_rates(pid, lambda: asyncio.run(
+                               http_rate(srv.url, name, texts, a.max_tokens, 8, a.seconds))),
+                           server_rates(pid, lambda: http_batch_rate(srv.url, name, texts, a.max_tokens, a.seconds))]
+                    best = [(max(b[0], g[0]), max(b[1], g[1])) for b, g in zip(best, got)]
+                rows.append((name, best, same))
         finally:
             srv.close()
     print(f"threads {a.threads}, best of {a.repeat} x {a.seconds:.0f} s, greedy, max_tokens {a.max_tokens}, "
-          f"{len(texts)} inputs; generated tokens/s (ratio to the in-process loop)")
-    print(f"{'model':<18}{'in-process loop':>16}{'HTTP, 1 client':>20}{'HTTP, 8 clients':>20}"
-          f"{'HTTP, 32 per request':>22}  same tokens")
-    for name, base, one, eight, batch, same in rows:
-        print(f"{name:<18}{base:>16.0f}" + "".join(f"{v:>12.0f} ({v / base:.2f}x)" for v in (one, eight))
-              + f"{batch:>14.0f} ({batch / base:.2f}x)  {'yes' if same else 'NO'}")
-
+          f"{len(texts)} inputs; generated tokens per wall second / per CPU second of the process doing the work "
+          f"(the bench process for the loop, the server for HTTP); ratios to the in-process loop")
+    print(f"{'model':<18}{'in-process loop':>22}{'HTTP, 1 client':>30}{'HTTP, 8 clients':>30}"
+          f"{'HTTP, 32 per request':>30}  same tokens")
+    for name, best, same in rows:
+        (bw, bc), cols = best[0], best[1:]
+        line = f"{name:<18}{bw:>10.0f} / {bc:<9.0f}"
+        for w, c in cols:
+            line += f"{w:>8.0f} ({w / bw:.2f}x) / {c:.0f} ({c / bc:.2f}x)"
+        print(line + f"  {'yes' if same else 'NO'}")
 
 if __name__ == "__main__":
     main()

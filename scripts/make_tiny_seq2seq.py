@@ -12,6 +12,10 @@ Writes OUTDIR (default tests/fixtures/seq2seq)/:
   tiny-bart-antfly/, tiny-bart-optimum/, tiny-bart-merged/   the same for BART
   reference-t5.json, reference-bart.json   what transformers generates (token ids and texts)
 
+`--bench DIR` writes instead a random T5 of t5-small's size (512 wide, 6+6 layers, 32,128
+vocabulary padded with placeholder tokens) in optimum's layout and in CTranslate2's, for
+bench/rewrite.py (not a test fixture: about 240 MB, never committed).
+
 Each ONNX folder has tokenizer.json, config.json and generation_config.json. The BART one
 uses forced BOS/EOS, no_repeat_ngram_size 3 and length_penalty 2.0, like summarisers do. The
 references are computed per input, each alone (greedy, beam 4 with 2 returned, and greedy
@@ -374,6 +378,38 @@ def family(root: Path, name: str, m, gen: GenerationConfig, tok: Tokenizer, tok_
         shutil.rmtree(hf)
 
 
+def bench_model(root: Path) -> None:
+    """t5-small-sized random weights: per-step compute like the real model's (no references)."""
+    torch.manual_seed(0)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / "_tok.json"
+    tok = t5_tokenizer(tmp)
+    tok.add_tokens([f"<extra_{i}>" for i in range(32128 - tok.get_vocab_size())])
+    tok.save(str(tmp))
+    cfg = T5Config(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6,
+                   num_heads=8, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+                   attn_implementation="eager")
+    m = T5ForConditionalGeneration(cfg).eval()
+    gen = GenerationConfig(decoder_start_token_id=0, eos_token_id=1, pad_token_id=0, max_length=64)
+    out = root / "t5-small-random-optimum"
+    export_all(m, 6, out, "optimum")
+    write_folder(out, m, tmp, gen, None)
+    import ctranslate2
+    from transformers import PreTrainedTokenizerFast
+
+    hf = root / "_hf"
+    m.save_pretrained(str(hf))
+    gen.save_pretrained(str(hf))
+    PreTrainedTokenizerFast(tokenizer_file=str(tmp), pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(str(hf))
+    ct2 = root / "t5-small-random-ct2"
+    ctranslate2.converters.TransformersConverter(str(hf)).convert(str(ct2), force=True)
+    shutil.copy(tmp, ct2 / "tokenizer.json")
+    gen.to_json_file(str(ct2 / "generation_config.json"))
+    shutil.rmtree(hf)
+    tmp.unlink()
+
+
 def main(root: Path) -> None:
     torch.manual_seed(0)
     root.mkdir(parents=True, exist_ok=True)
@@ -401,4 +437,7 @@ def main(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent.parent / "tests/fixtures/seq2seq"))
+    if len(sys.argv) == 3 and sys.argv[1] == "--bench":
+        bench_model(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent.parent / "tests/fixtures/seq2seq"))

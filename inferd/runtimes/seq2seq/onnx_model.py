@@ -48,7 +48,11 @@ def present_of(past: str) -> str:
     return re.sub(r"^past", "present", past)
 
 
-def _find(names: list[str], word: str, where: str) -> str:
+def _find(names: list[str], word: str, where: str, prefer: tuple[str, ...] = ()) -> str:
+    """The input named like one of `prefer` (exactly), else the first containing `word`."""
+    for p in prefer:
+        if p in names:
+            return p
     hits = [n for n in names if word in n.lower()]
     if not hits:
         raise ModelLoadFailed(f"{where} has no input containing '{word}' (inputs: {names})")
@@ -73,8 +77,9 @@ def _graph(path: Path, threads: int | None) -> Graph:
     inputs = [i.name for i in sess.get_inputs()]
     types = {i.name: _NP.get(i.type, np.float32) for i in sess.get_inputs()}
     shapes = {i.name: list(i.shape) for i in sess.get_inputs()}
-    ids = _find(inputs, "input_ids", path.name)
-    mask = _find([n for n in inputs if n != ids], "mask", path.name)
+    ids = _find(inputs, "input_ids", path.name, ("decoder_input_ids", "input_ids"))
+    mask = _find([n for n in inputs if n != ids and "decoder" not in n.lower()], "mask", path.name,
+                 ("encoder_attention_mask", "attention_mask"))
     hidden = next((n for n in inputs if "hidden" in n.lower() or "encoder_output" in n.lower()), None)
     pasts = [n for n in inputs if n not in (ids, mask, hidden, "use_cache_branch")]
     outs = [o.name for o in sess.get_outputs()]
