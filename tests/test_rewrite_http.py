@@ -349,3 +349,18 @@ def test_a_large_request_is_split_into_cohorts_within_the_memory_budget(srv):
         assert len({json.dumps(d["texts"]) for d in r.json()["data"]}) == 1  # same input, same answer
     finally:
         sched.max_tokens = old
+
+
+def test_ct2_decoding_stops_when_the_client_leaves(srv):
+    post(srv, {"model": "t5-ct2", "inputs": ["warm up"]})
+    h = handle(srv, "t5-ct2")
+    backend = h.rewriter.backend
+    before = backend.stopped
+    # T5_INPUT 3 never emits </s>: 128 x 1024 greedy tokens would take seconds
+    body = {"model": "t5-ct2", "inputs": [T5["inputs"][3]] * 128, "max_tokens": 1024}
+    t0 = time.time()
+    with pytest.raises(httpx.ReadTimeout):
+        post(srv, body, timeout=0.3)
+    wait_for(lambda: srv.service.admission.in_flight == 0, 10)
+    assert backend.stopped - before == 128  # every input's decoding was stopped, not finished
+    assert time.time() - t0 < 10

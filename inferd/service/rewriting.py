@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,7 +85,13 @@ class RewriterHandle:
         if not self.ct2:
             return await self.scheduler.submit(inputs, params)
         costs = [len(x) * p.num_beams for x, p in zip(inputs, params)]
-        return await self.scheduler.submit_each(list(zip(inputs, params)), costs)
+        gone = [threading.Event() for _ in inputs]  # set when the request leaves: decoding stops
+        try:
+            return await self.scheduler.submit_each(list(zip(inputs, params, gone)), costs)
+        except asyncio.CancelledError:
+            for g in gone:
+                g.set()
+            raise
 
     def close(self) -> None:
         self.scheduler.close()
@@ -120,11 +127,12 @@ def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> Rewrit
             """One translate_batch per group of inputs with the same options, in input order."""
             out: list[Any] = [None] * len(items)
             groups: dict[tuple, list[int]] = {}
-            for i, (_, p) in enumerate(items):
+            for i, (_, p, _) in enumerate(items):
                 groups.setdefault(backend.key(p), []).append(i)
             for idx in groups.values():
-                for i, hyps in zip(idx, backend.run([items[i][0] for i in idx], items[idx[0]][1])):
-                    out[i] = hyps
+                hyps = backend.run([items[i][0] for i in idx], items[idx[0]][1], [items[i][2] for i in idx])
+                for i, h in zip(idx, hyps):
+                    out[i] = h
             return out
 
         sched: Any = Batcher(run, max_tokens=budget, max_items=opts.max_batch_size, name=spec.name)

@@ -36,6 +36,7 @@ class Ct2Seq2Seq:
         self.id_to_token, self.token_to_id = id_to_token, token_to_id
         self.graph_paths = {"model": str(files.graphs["model"])}
         self.calls = 0
+        self.stopped = 0   # inputs whose decoding stopped early because their request went away
 
     @staticmethod
     def key(p: DecodeParams) -> tuple:
@@ -43,8 +44,11 @@ class Ct2Seq2Seq:
         return (p.num_beams, p.num_return, p.max_length, p.do_sample, p.temperature, p.top_p, p.top_k, p.seed,
                 p.length_penalty, p.no_repeat_ngram_size, p.eos, p.min_length)
 
-    def run(self, inputs: Sequence[tuple[int, ...]], p: DecodeParams) -> list[list[list[int]]]:
-        """Generated ids (end token included when produced) per input, best first."""
+    def run(self, inputs: Sequence[tuple[int, ...]], p: DecodeParams,
+            gone: Sequence[Any] | None = None) -> list[list[list[int]]]:
+        """Generated ids (end token included when produced) per input, best first. `gone[i]`
+        (an Event) set means input i's request left: with greedy or sampled decoding (the only
+        ones CTranslate2 calls back for) its decoding stops at the next step."""
         source = [[self.id_to_token(i) for i in ids] for ids in inputs]
         translator = self.translator
         if p.do_sample and p.seed is not None:
@@ -57,6 +61,20 @@ class Ct2Seq2Seq:
             no_repeat_ngram_size=p.no_repeat_ngram_size, max_decoding_length=p.max_length - 1,
             min_decoding_length=max(0, p.min_length - 1), return_end_token=True, end_token=end,
             sampling_topk=(p.top_k or 0) if p.do_sample else 1, sampling_topp=p.top_p if p.do_sample else 1.0,
-            sampling_temperature=p.temperature if p.do_sample else 1.0, max_input_length=0)
+            sampling_temperature=p.temperature if p.do_sample else 1.0, max_input_length=0,
+            callback=self._stopper(gone) if gone is not None and p.num_beams == 1 else None)
         self.calls += 1
         return [[[self.token_to_id(t) for t in hyp] for hyp in r.hypotheses] for r in res]
+
+    def _stopper(self, gone: Sequence[Any]) -> Any:
+        stopped: set[int] = set()
+
+        def callback(step: Any) -> bool:
+            if gone[step.batch_id].is_set():
+                if step.batch_id not in stopped:
+                    stopped.add(step.batch_id)
+                    self.stopped += 1
+                return True
+            return False
+
+        return callback
