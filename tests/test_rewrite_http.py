@@ -355,12 +355,14 @@ def test_ct2_decoding_stops_when_the_client_leaves(srv):
     post(srv, {"model": "t5-ct2", "inputs": ["warm up"]})
     h = handle(srv, "t5-ct2")
     backend = h.rewriter.backend
-    before = backend.stopped
-    # T5_INPUT 3 never emits </s>: 128 x 1024 greedy tokens would take seconds
+    before, dropped = backend.stopped, h.stats.cancelled
+    # T5 input 3 never emits </s>: 128 x 1024 greedy tokens would take seconds
     body = {"model": "t5-ct2", "inputs": [T5["inputs"][3]] * 128, "max_tokens": 1024}
     t0 = time.time()
     with pytest.raises(httpx.ReadTimeout):
         post(srv, body, timeout=0.3)
     wait_for(lambda: srv.service.admission.in_flight == 0, 10)
-    assert backend.stopped - before == 128  # every input's decoding was stopped, not finished
+    # every input was stopped mid-decoding, or dropped before its batch ran if it had not started
+    wait_for(lambda: (backend.stopped - before) + (h.stats.cancelled - dropped) == 128, 10)
+    wait_for(lambda: h.scheduler._worker.done(), 10)
     assert time.time() - t0 < 10
