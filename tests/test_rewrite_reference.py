@@ -57,7 +57,7 @@ def test_onnx_tokens_equal_transformers(srv, model, case):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("model", ["t5-antfly", "bart-merged", "t5-ct2"])
+@pytest.mark.parametrize("model", [*ONNX_MODELS, "t5-ct2"])
 def test_http_texts_equal_transformers(srv, model, case):
     ref = REF[model.split("-")[0]]
     r = httpx.post(srv.url + "/ai/v1/rewrite", json=body(model, case, ref["inputs"]), timeout=60)
