@@ -122,10 +122,15 @@ class Seq2SeqScheduler:
                 if self._closed:
                     return
                 fresh = self._take_pending()
-            if fresh:
-                self._start(fresh)
-            for c in list(self._cohorts):
-                self._step(c)
+            try:
+                if fresh:
+                    self._start(fresh)
+                for c in list(self._cohorts):
+                    self._step(c)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave requests hanging
+                held = [j for c in self._cohorts for j in c.jobs if not j.delivered]
+                self._cohorts = []
+                self._fail(held + [j for j in fresh if not j.delivered], exc)
 
     def _take_pending(self) -> list[_Job]:
         """Inputs for a new cohort, in arrival order, within the row and memory budgets."""
@@ -153,9 +158,11 @@ class Seq2SeqScheduler:
         return out
 
     def _finish(self, job: _Job, error: BaseException | None = None) -> None:
-        loop = job.fut.get_loop()
         value = None if error is not None else (job.search.results if job.search else [])
-        loop.call_soon_threadsafe(_deliver, job.fut, value, error)
+        try:
+            job.fut.get_loop().call_soon_threadsafe(_deliver, job.fut, value, error)
+        except RuntimeError:  # its event loop is closed: nobody is waiting any more
+            pass
 
     def _fail(self, jobs: list[_Job], exc: BaseException) -> None:
         self.stats.failed += len(jobs)
@@ -173,18 +180,18 @@ class Seq2SeqScheduler:
             rows = np.repeat(np.arange(len(jobs)), reps)
             starts = np.array([j.params.decoder_start for j in jobs for _ in range(j.params.num_beams)])
             logits, state = self.backend.first(starts, hidden[rows], mask[rows])
+            spans, a = [], 0
+            for j in jobs:
+                j.search = make_search(j.params)
+                spans.append((a, a + j.params.num_beams))
+                a += j.params.num_beams
+            self.stats.cohorts += 1
+            self.stats.inputs += len(jobs)
+            c = _Cohort(jobs, spans, state, starts, id=self.stats.cohorts, width=int(mask.shape[1]))
+            self._advance(c, logits)
         except Exception as exc:  # noqa: BLE001 - every input must hear about it
-            self._fail(jobs, exc)
+            self._fail([j for j in jobs if not j.delivered], exc)
             return
-        spans, a = [], 0
-        for j in jobs:
-            j.search = make_search(j.params)
-            spans.append((a, a + j.params.num_beams))
-            a += j.params.num_beams
-        self.stats.cohorts += 1
-        self.stats.inputs += len(jobs)
-        c = _Cohort(jobs, spans, state, starts, id=self.stats.cohorts, width=int(mask.shape[1]))
-        self._advance(c, logits)
         if len(c.tokens):
             self._cohorts.append(c)
 
@@ -226,12 +233,12 @@ class Seq2SeqScheduler:
         try:
             logits, state = self.backend.step(c.tokens, c.state)
             self.stats.decoder_steps += 1
-        except Exception as exc:  # noqa: BLE001
+            c.state = state
+            self._advance(c, logits)
+        except Exception as exc:  # noqa: BLE001 - a failing pass fails the inputs it holds
             self._cohorts.remove(c)
-            self._fail([j for j in c.jobs if j.search and not j.search.done], exc)
+            self._fail([j for j in c.jobs if not j.delivered], exc)
             return
-        c.state = state
-        self._advance(c, logits)
         if not len(c.tokens):
             self._cohorts.remove(c)
 
@@ -240,7 +247,7 @@ class Seq2SeqScheduler:
             self._closed = True
             self._cv.notify()
         self._thread.join(timeout=30)
-        jobs = self._pending + [j for c in self._cohorts for j in c.jobs if j.search and not j.search.done]
+        jobs = self._pending + [j for c in self._cohorts for j in c.jobs if not j.delivered]
         for j in jobs:
             self._finish(j, InferenceFailed("the model was unloaded while the request ran; retry"))
         self._pending, self._cohorts = [], []

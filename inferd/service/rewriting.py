@@ -16,11 +16,20 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from inferd.errors import InferdError, InvalidInput, ModelLoadFailed
+from inferd.errors import InferdError, InferenceFailed, InvalidInput, ModelLoadFailed
 from inferd.models import ModelKind, ModelSpec
 from inferd.runtimes.options import RuntimeOptions
+
+if TYPE_CHECKING:  # the runtime modules import tokenizers/onnxruntime: only when a rewriter loads
+    from inferd.registry.registry import Registry
+    from inferd.scheduling.admission import Admission
+    from inferd.service.core import Catalog
+    from inferd.runtimes.seq2seq.decoding import DecodeParams
+    from inferd.runtimes.seq2seq.model import Rewriter
+    from inferd.scheduling.batcher import Batcher, BatchStats
+    from inferd.scheduling.seq2seq import Seq2SeqScheduler, Seq2SeqStats
 
 log = logging.getLogger("inferd.service.rewriting")
 
@@ -74,20 +83,22 @@ class RewriterHandle:
     """What the registry holds for a loaded rewriter: the runtime and its batcher
     (Seq2SeqScheduler for ONNX, the encoders' Batcher of translate_batch calls for CT2)."""
 
-    def __init__(self, rewriter: Any, scheduler: Any, ct2: bool, size_bytes: int = 0):
+    def __init__(self, rewriter: "Rewriter", scheduler: "Seq2SeqScheduler | Batcher", ct2: bool,
+                 size_bytes: int = 0):
         self.rewriter, self.scheduler, self.ct2, self.size_bytes = rewriter, scheduler, ct2, size_bytes
 
     @property
-    def stats(self) -> Any:
+    def stats(self) -> "Seq2SeqStats | BatchStats":
         return self.scheduler.stats
 
-    async def generate(self, inputs: list[tuple[int, ...]], params: list[Any]) -> list[Any]:
+    async def generate(self, inputs: list[tuple[int, ...]], params: list["DecodeParams"]) -> list[Any]:
+        """Per input: its generated token lists (best first), or its exception."""
         if not self.ct2:
-            return await self.scheduler.submit(inputs, params)
+            return await self.scheduler.submit(inputs, params)  # type: ignore[union-attr]
         costs = [len(x) * p.num_beams for x, p in zip(inputs, params)]
         gone = [threading.Event() for _ in inputs]  # set when the request leaves: decoding stops
         try:
-            return await self.scheduler.submit_each(list(zip(inputs, params, gone)), costs)
+            return await self.scheduler.submit_each(list(zip(inputs, params, gone)), costs)  # type: ignore[union-attr]
         except asyncio.CancelledError:
             for g in gone:
                 g.set()
@@ -151,7 +162,7 @@ def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> Rewrit
 class RewritingService:
     """The rewrite verb, with its dependencies passed in."""
 
-    def __init__(self, catalog: Any, registry: Any, admission: Any):
+    def __init__(self, catalog: "Catalog", registry: "Registry", admission: "Admission"):
         self.catalog, self.registry, self.admission = catalog, registry, admission
 
     async def rewrite(self, model: str | None, inputs: Sequence[str], options: RewriteOptions, *, per_item: bool = False,
@@ -184,14 +195,14 @@ class RewritingService:
                     if isinstance(out, BaseException):
                         if not per_item:
                             raise out
-                        items[i].error = out if isinstance(out, InferdError) else InvalidInput(str(out))
+                        items[i].error = out if isinstance(out, InferdError) else InferenceFailed(str(out))
                         continue
                     items[i].tokens = [list(t) for t in out]
                     items[i].texts = [rw.text(t) for t in out]
         return RewriteResult(spec.name, items, rw.architecture, load_seconds)
 
 
-def _prepare(rw: Any, inputs: Sequence[str], truncate: bool) -> list[RewriteItem]:
+def _prepare(rw: "Rewriter", inputs: Sequence[str], truncate: bool) -> list[RewriteItem]:
     """Tokenize every input; bad ones become their item's error (tokens[0] holds the input ids)."""
     items = [RewriteItem() for _ in inputs]
     good = []
