@@ -256,10 +256,10 @@ def main() -> None:
                 pid = srv.proc.pid
                 for _ in range(a.repeat):  # interleaved, so that load changes hit every column alike
                     got = [peer_rate(peer, texts, a.max_tokens, a.seconds),
-                           server_rates(pid, lambda: http_rate_one(srv.url, name, texts, a.max_tokens, a.seconds)),
-                           server_rates(pid, lambda: asyncio.run(
+                           server_rates(pid, lambda name=name: http_rate_one(srv.url, name, texts, a.max_tokens, a.seconds)),
+                           server_rates(pid, lambda name=name: asyncio.run(
                                http_rate(srv.url, name, texts, a.max_tokens, 8, a.seconds))),
-                           server_rates(pid, lambda: http_batch_rate(srv.url, name, texts, a.max_tokens, a.seconds))]
+                           server_rates(pid, lambda name=name: http_batch_rate(srv.url, name, texts, a.max_tokens, a.seconds))]
                     best = [(max(b[0], g[0]), max(b[1], g[1])) for b, g in zip(best, got)]
                 rows.append((name, best, same))
         finally:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from inferd.errors import InferdError, InferenceFailed, InvalidInput, ModelLoadFailed
 from inferd.models import ModelKind, ModelSpec
@@ -94,11 +94,11 @@ class RewriterHandle:
     async def generate(self, inputs: list[tuple[int, ...]], params: list["DecodeParams"]) -> list[Any]:
         """Per input: its generated token lists (best first), or its exception."""
         if not self.ct2:
-            return await self.scheduler.submit(inputs, params)  # type: ignore[union-attr]
+            return await cast("Seq2SeqScheduler", self.scheduler).submit(inputs, params)
         costs = [len(x) * p.num_beams for x, p in zip(inputs, params)]
         gone = [threading.Event() for _ in inputs]  # set when the request leaves: decoding stops
         try:
-            return await self.scheduler.submit_each(list(zip(inputs, params, gone)), costs)  # type: ignore[union-attr]
+            return await cast("Batcher", self.scheduler).submit_each(list(zip(inputs, params, gone)), costs)
         except asyncio.CancelledError:
             for g in gone:
                 g.set()
@@ -131,17 +131,17 @@ def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> Rewrit
         from inferd.runtimes.seq2seq.ct2 import Ct2Seq2Seq
 
         tk = Tokenizer.from_file(str(files.tokenizer))
-        backend = Ct2Seq2Seq(files, tk.id_to_token, tk.token_to_id, threads)
-        rw = Rewriter(spec.name, files, backend, MAX_NEW_TOKENS)
+        ct2 = Ct2Seq2Seq(files, tk.id_to_token, tk.token_to_id, threads)
+        rw = Rewriter(spec.name, files, ct2, MAX_NEW_TOKENS)
 
         def run(items: list[Any]) -> list[Any]:
             """One translate_batch per group of inputs with the same options, in input order."""
             out: list[Any] = [None] * len(items)
             groups: dict[tuple, list[int]] = {}
             for i, (_, p, _) in enumerate(items):
-                groups.setdefault(backend.key(p), []).append(i)
+                groups.setdefault(ct2.key(p), []).append(i)
             for idx in groups.values():
-                hyps = backend.run([items[i][0] for i in idx], items[idx[0]][1], [items[i][2] for i in idx])
+                hyps = ct2.run([items[i][0] for i in idx], items[idx[0]][1], [items[i][2] for i in idx])
                 for i, h in zip(idx, hyps):
                     out[i] = h
             return out

@@ -138,6 +138,7 @@ class Greedy(Search):
             s[order[remove]] = -np.inf
         probs = np.exp(log_softmax(s).astype(np.float64))
         probs /= probs.sum()
+        assert self.rng is not None
         return int(self.rng.choice(len(probs), p=probs))
 
     def stop(self) -> None:

@@ -147,7 +147,7 @@ class OnnxSeq2Seq:
         for i, x in enumerate(inputs):
             ids[i, :len(x)] = x
             mask[i, :len(x)] = 1
-        feed = {self.enc_ids: ids.astype(self.enc_types[self.enc_ids])}
+        feed: dict[str, np.ndarray] = {self.enc_ids: ids.astype(self.enc_types[self.enc_ids])}
         if self.enc_mask:
             feed[self.enc_mask] = mask.astype(self.enc_types[self.enc_mask])
         hidden = self.encoder.run(None, feed)[0]
@@ -165,7 +165,8 @@ class OnnxSeq2Seq:
         """The first decoder step of every row: the logits of the first generated token, and the
         cache (cross-attention K/V computed here, once)."""
         g = self.init
-        feed = {g.ids: tokens.reshape(-1, 1).astype(g.types[g.ids]), g.mask: mask.astype(g.types[g.mask])}
+        feed: dict[str, np.ndarray] = {g.ids: tokens.reshape(-1, 1).astype(g.types[g.ids]),
+                                       g.mask: mask.astype(g.types[g.mask])}
         if g.hidden:
             feed[g.hidden] = hidden
         if self.merged:
@@ -182,7 +183,7 @@ class OnnxSeq2Seq:
         g = self.past
         feed = {g.ids: tokens.reshape(-1, 1).astype(g.types[g.ids]), g.mask: state.mask.astype(g.types[g.mask]),
                 **state.self_kv, **state.cross_kv}
-        if g.hidden:
+        if g.hidden and state.hidden is not None:
             feed[g.hidden] = state.hidden
         if self.merged:
             feed["use_cache_branch"] = np.array([True])
