@@ -366,3 +366,33 @@ def test_ct2_decoding_stops_when_the_client_leaves(srv):
     wait_for(lambda: (backend.stopped - before) + (h.stats.cancelled - dropped) == 128, 10)
     wait_for(lambda: h.scheduler._worker.done(), 10)
     assert time.time() - t0 < 10
+
+
+def test_requests_with_different_options_share_a_cohort_and_stay_exact(srv):
+    """Greedy, beam-4 and max_tokens-5 requests waiting together are encoded in one pass and
+    decoded in one cohort, each input with its own search: every answer is still the reference."""
+    post(srv, {"model": "bart-optimum", "inputs": ["warm up"]})
+    h = handle(srv, "bart-optimum")
+    undo = slow_steps(h, 0.02)
+    cases = [("greedy", {}), ("beam4", {"num_beams": 4, "num_return_sequences": 2}),
+             ("greedy_max5", {"max_tokens": 5}), ("beam3_max6", {"num_beams": 3, "num_return_sequences": 3,
+                                                                "max_tokens": 6})]
+    try:
+        async def scenario():
+            async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+                busy = asyncio.create_task(c.post("/ai/v1/rewrite", json={
+                    "model": "bart-optimum", "inputs": ["keep the worker busy"], "max_tokens": 20}))
+                while not h.scheduler._cohorts:
+                    await asyncio.sleep(0.005)
+                passes, cohorts = h.stats.encoder_passes, h.stats.cohorts
+                rs = await asyncio.gather(*(c.post("/ai/v1/rewrite", json={
+                    "model": "bart-optimum", "inputs": BART["inputs"], "temperature": 0, **kw}) for _, kw in cases))
+                await busy
+                return rs, h.stats.encoder_passes - passes, h.stats.cohorts - cohorts
+
+        rs, passes, cohorts = asyncio.run(scenario())
+    finally:
+        undo()
+    for (case, _), r in zip(cases, rs):
+        assert [d["texts"] for d in r.json()["data"]] == BART["cases"][case]["texts"], case
+    assert passes == cohorts and passes < len(cases)  # the four requests did not each get a pass
