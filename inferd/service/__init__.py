@@ -21,6 +21,9 @@ from inferd.config import Settings
 from inferd.errors import InferdError
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
+from inferd.observability.drain import Drain
+from inferd.observability.observer import Observer
+from inferd.observability.tracing import make_tracer
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.service.chunking import ChunkingService, ChunkResult
@@ -44,6 +47,11 @@ class InferenceService:
         self.backends = available_backends()
         self.started_at = time.time()
         self.catalog = Catalog(registry)
+        # /metrics per model, /load, /slots, drain, traces; every load is observed (time, stats attached)
+        self.observer = Observer(registry, admission, Drain(settings.drain_timeout),
+                                 show_prompts=settings.slots_show_prompts)
+        self.observer.tracer = make_tracer(settings)
+        registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
         self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics)
         self.encoders = EncoderService(self.catalog, registry, admission)
@@ -95,8 +103,8 @@ class InferenceService:
         gauges: dict[str, float] = {
             "requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
             "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
-            "models_served": len(self.registry.specs), "model_loads_total": self.registry.loads,
-            "model_load_failures_total": self.registry.load_failures,
+            "models_served": len(self.registry.specs),
+            # per model: inferd_model_loads_total{model} and ..._failures_total{model} (observability/)
             "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory}
         return gauges
 
