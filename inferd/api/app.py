@@ -13,6 +13,7 @@ from inferd import __version__
 from inferd.api import console, control, gen_control, observe
 from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
+from inferd.api.antfly import extract_routes as antfly_extract
 from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import rewrite_routes as antfly_rewrite
 from inferd.api.antfly import routes as antfly_routes
@@ -30,7 +31,7 @@ from inferd.service import InferenceService
 
 ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
            antfly_routes.router,
-           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
+           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_rewrite.router]
 
 

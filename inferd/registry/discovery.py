@@ -118,6 +118,10 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
             caps.add("dense")
     elif kind is ModelKind.RERANKER and not caps & {"late_interaction", "colbert"}:
         caps.add("cross_encoder")
+    elif kind in (ModelKind.EXTRACTOR, ModelKind.CLASSIFIER):
+        from inferd.registry.extract_caps import extract_capabilities
+
+        caps |= extract_capabilities(kind.value, fmt, folder, manifest)
     return frozenset(caps)
 
 

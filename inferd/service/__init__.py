@@ -8,6 +8,7 @@ back, and never touch the registry themselves.
     encoders    embeddings, rerank, chunk boundaries               (encoders.py)
     chunking    /ai/v1/chunk with its cache                        (chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
+    extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
 
 Model loading is composed in loading.py: (kind, format) -> loader -> typed handle."""
 
@@ -29,6 +30,7 @@ from inferd.scheduling.admission import Admission
 from inferd.service.chunking import ChunkingService, ChunkResult
 from inferd.service.core import Catalog, available_backends, discover_all
 from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
+from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service.lora import LoraService
@@ -58,6 +60,7 @@ class InferenceService:
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
         self.rewriting = RewritingService(self.catalog, registry, admission)
+        self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":

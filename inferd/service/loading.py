@@ -99,6 +99,10 @@ LOADERS: dict[tuple[ModelKind, str], Loader] = {
     # rewriters: seq2seq on onnxruntime or CTranslate2 (runtimes/seq2seq), batched by scheduling/seq2seq.py
     (ModelKind.REWRITER, "onnx"): _lazy("inferd.service.rewriting", "load_rewriter"),
     (ModelKind.REWRITER, "ctranslate2"): _lazy("inferd.service.rewriting", "load_rewriter"),
+    # extraction (runtimes/extract: GLiNER, token and sequence classifiers; runtimes/spacy)
+    (ModelKind.EXTRACTOR, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
+    (ModelKind.EXTRACTOR, "spacy"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
+    (ModelKind.CLASSIFIER, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_classifier")),
     # tabular predictors (runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): _predictor,
 }
