@@ -163,6 +163,21 @@ class Generation:
     created: float = field(default_factory=time.time)
 
 
+@dataclass(frozen=True)
+class Image:
+    """A decoded RGB image for a vision generator (8-bit, row-major, height x width x 3)."""
+
+    rgb: bytes
+    width: int
+    height: int
+
+    @property
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.rgb + f"{self.width}x{self.height}".encode()).hexdigest()
+
+
 # ---- readers (OCR and document understanding: /ai/v1/read) ----------------------------------
 @dataclass
 class ReadItem:

@@ -15,6 +15,7 @@ from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Inferd
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized)
+from inferd.errors import InsufficientStorage, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
 
@@ -32,9 +33,11 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
+    UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),
     Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     ModelUnloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     MemoryBudgetExceeded: (507, "server_error", "MEMORY_BUDGET_EXCEEDED"),
+    InsufficientStorage: (507, "server_error", "INSUFFICIENT_STORAGE"),
 }
 _INTERNAL = (500, "server_error", "INTERNAL_ERROR")
 

@@ -10,6 +10,15 @@ share the longest prefix with its prompt, or borrows a longer prefix from any ot
 (live or idle) by copying cells, and prefills only the rest: a multi-turn chat does not
 recompute its history. Jobs beyond the slots wait in arrival order.
 
+Media (images): a multimodal prompt holds, for each image, a span of placeholder ids (negative,
+derived from the image's hash: never a real token) and the job maps the span's start to a
+media chunk. A span is decoded whole, on the worker, by `Backend.decode_media` (encode the
+image, then decode its embeddings), at most one span per step and before that step's token
+decode, so running streams pause for at most one image. Because the placeholders are the
+image's hash, prefix reuse works across turns: a follow-up about the same image finds its
+cells cached and neither encodes nor decodes it again. A cached prefix never ends inside a
+span (it is cut back to the span's start).
+
 The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
 scheduling policy and knows nothing about llama.cpp."""
 
@@ -22,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
 from inferd.observability.stats import GenStats
@@ -47,6 +56,18 @@ class Backend(Protocol):
     def clear(self) -> None: ...
 
 
+class MediaChunk(Protocol):
+    """One image of a prompt, as the backend prepared it (leaf-defined)."""
+
+    n_tokens: int
+
+    def close(self) -> None: ...
+
+
+class MediaBackend(Backend, Protocol):
+    def decode_media(self, seq: int, chunk: Any, p0: int, want: bool) -> int: ...
+
+
 @dataclass(eq=False)
 class Job:
     """One sequence to generate. `sink` receives Deltas on the worker thread and must not
@@ -60,6 +81,8 @@ class Job:
     top_logprobs: int | None = None   # None: no logprobs
     arrived: float = field(default_factory=time.perf_counter)
     stream: bool = False
+    # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
+    media: dict[int, Any] = field(default_factory=dict)
     # ---- worker state ----
     number: int = 0                   # submission order
     cancelled: bool = False
@@ -117,6 +140,7 @@ class GenerationEngine:
         self.dead: BaseException | None = None
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
+        self._media_slot: Slot | None = None  # the slot whose image span this step decodes
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
         self._thread.start()
@@ -208,6 +232,8 @@ class GenerationEngine:
                 self._run_idle_calls()
         self._admit(now)
         entries, jobs = self._build_batch()
+        if self._media_slot is not None:
+            self._decode_media(self._media_slot, now)
         if not entries:
             return
         rows = self.backend.decode(entries)
@@ -246,13 +272,13 @@ class GenerationEngine:
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
-        limit = len(prompt) - 1  # the last prompt token is always decoded: its logits start generation
-        own = max(free, key=lambda s: (min(common_prefix(s.cache, prompt), limit), -s.last_used))
-        keep = min(common_prefix(own.cache, prompt), limit)
+        limit = _snap(job, len(prompt) - 1)  # the last prompt token (or image) is always decoded
+        own = max(free, key=lambda s: (_snap(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
+        keep = _snap(job, min(common_prefix(own.cache, prompt), limit))
         donor, donor_keep = None, keep
         for s in self.slots:
             if s is not own:
-                n = min(common_prefix(s.cache, prompt), limit)
+                n = _snap(job, min(common_prefix(s.cache, prompt), limit))
                 if n > donor_keep:
                     donor, donor_keep = s, n
         if donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
@@ -286,15 +312,36 @@ class GenerationEngine:
             else:
                 prefilling.append(slot)
         budget = self.backend.n_batch - len(entries)
+        self._media_slot = None
         for slot in sorted(prefilling, key=lambda s: s.job.t_admitted):  # oldest prompt first
-            if budget <= 0:
-                break
             rest = slot.job.prompt[len(slot.cache):]
-            chunk = rest[:budget]
+            if rest and rest[0] < 0:  # an image span: decoded on its own, one per step
+                if self._media_slot is None:
+                    self._media_slot = slot
+                continue
+            if budget <= 0:
+                continue
+            text = next((i for i, t in enumerate(rest) if t < 0), len(rest))  # up to the next image
+            chunk = rest[:min(budget, text)]
             entries.append((slot.id, chunk, len(slot.cache), len(chunk) == len(rest)))
             jobs.append(slot.job)
             budget -= len(chunk)
         return entries, jobs
+
+    def _decode_media(self, slot: Slot, now: float) -> None:
+        """Encode and decode the image span at the head of `slot`'s remaining prompt."""
+        job = slot.job
+        assert job is not None
+        start = len(slot.cache)
+        chunk = job.media.get(start)
+        if chunk is None:
+            raise InferenceFailed(f"no image for prompt position {start}")
+        end = start + chunk.n_tokens
+        want = end == len(job.prompt)  # the prompt ends with this image: its last row starts generation
+        row = cast(MediaBackend, self.backend).decode_media(slot.id, chunk, start, want)
+        slot.cache.extend(job.prompt[start:end])
+        if want:
+            self._on_token(job, row, now)
 
     def _on_token(self, job: Job, row: int, now: float) -> None:
         be = self.backend
@@ -333,6 +380,12 @@ class GenerationEngine:
 
     def _close_job(self, job: Job, reason: str = "error") -> None:
         job.done = True
+        for chunk in job.media.values():  # native image data, whether or not it was decoded
+            try:
+                chunk.close()
+            except Exception:
+                log.exception("freeing an image chunk failed")
+        job.media = {}
         self.stats.finish(reason, time.perf_counter() - job.arrived)
         if job.slot is not None:
             slot = self.slots[job.slot]
@@ -386,6 +439,14 @@ class GenerationEngine:
             calls, self._idle_calls = self._idle_calls, []
         for _fn, _reset, fut, _barrier in calls:
             fut.set_exception(make_error())
+
+
+def _snap(job: Job, keep: int) -> int:
+    """A reusable prefix length that does not end inside an image span."""
+    for start, chunk in job.media.items():
+        if start < keep < start + chunk.n_tokens:
+            return start
+    return keep
 
 
 def _fresh(exc: BaseException, what: str) -> BaseException:

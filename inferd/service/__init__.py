@@ -40,6 +40,7 @@ from inferd.service.lora import LoraService
 from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
+from inferd.service.models import ModelManager
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
@@ -62,15 +63,16 @@ class InferenceService:
         self.observer.tracer = make_tracer(settings)
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
-        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics)
+        self.media = MediaAdmission(MediaLimits.from_settings(settings))
+        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media)
         self.encoders = EncoderService(self.catalog, registry, admission)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
         self.rewriting = RewritingService(self.catalog, registry, admission)
-        self.media = MediaAdmission(MediaLimits.from_settings(settings))
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
+        self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":
@@ -85,6 +87,7 @@ class InferenceService:
         self.registry.start()
 
     async def close(self) -> None:
+        self.models_mgr.close()
         await self.registry.close()
 
     # ---- catalog ------------------------------------------------------------------------------

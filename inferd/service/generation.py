@@ -19,19 +19,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.chat.templates import render_chat
-from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
+from inferd.errors import Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
 from inferd.observability.context import note_generation
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
+from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
-from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
+from inferd.service.vision import image_refs, require_vision, to_images, with_markers
+from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob, Usage
 
 log = logging.getLogger("inferd.generation")
 
@@ -44,12 +46,31 @@ class Prepared:
     sampler: Any
     max_tokens: int
     output: ChatOutput | None = None  # chat requests: splits reasoning / answer / tool calls
+    media: dict[int, Any] = dataclasses.field(default_factory=dict)  # image spans (engine's Job.media)
 
 
-def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
+def prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None = None) -> Prepared:
     """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on a thread:
     template rendering and tokenizing a long prompt are CPU work. Chat options (tools,
-    structured output, thinking) are planned here, so all their 400s come first too."""
+    structured output, thinking) are planned here, so all their 400s come first too.
+    `images`: the admitted, decoded images of the messages' image parts, in order; each part
+    becomes the projector's media marker in the rendered text."""
+    if images:
+        marker = rt.media_marker
+        if marker is None:
+            raise CapabilityMissing(f"model '{req.model}' cannot read images (no vision projector)")
+        req = dataclasses.replace(req, messages=with_markers(req.messages or [], marker))
+    media: dict[int, Any] = {}
+    try:
+        return _prepare(rt, req, images, media)
+    except BaseException:
+        for chunk in media.values():  # native image data of a request that failed here
+            chunk.close()
+        raise
+
+
+def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None,
+             media: dict[int, Any]) -> Prepared:
     template = req.chat_template or rt.chat_template
     use_template = req.messages is not None and bool(template or not req.template_fallback)
     plan = plan_request(req, template if use_template else None)
@@ -62,7 +83,13 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
         tools = kwargs.pop("tools", None)
         text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
                            add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
-        tokens = rt.tokenize_rendered(text)
+        if images:
+            tokens, spans = rt.tokenize_multimodal(text, images)
+            media.update(spans)
+        else:
+            tokens = rt.tokenize_rendered(text)
+    elif images:
+        raise CapabilityMissing(f"model '{req.model}' has no chat template to place images in", "messages")
     elif req.messages is not None:  # no template, and plain text is acceptable
         text = "\n\n".join(str(m.get("content") or "") for m in req.messages)
         tokens = rt.tokenize(text, add_special=not req.prefix_tokens, parse_special=True)
@@ -101,7 +128,7 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
         from inferd.chat.gbnf import check_gbnf  # llama.cpp aborts the process on some bad grammars
 
         check_gbnf(sampling.grammar)
-    return Prepared(tokens, rt.make_sampler(sampling), max_tokens, output)
+    return Prepared(tokens, rt.make_sampler(sampling), max_tokens, output, dict(media))
 
 
 class GenerationStream:
@@ -171,9 +198,10 @@ class GenerationService:
     LoRA choices are re-applied to reloaded models, metrics count tokens."""
 
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, lora: LoraService,
-                 metrics: Metrics):
+                 metrics: Metrics, media: MediaAdmission | None = None):
         self.catalog, self.registry, self.admission, self.lora, self.metrics = (
             catalog, registry, admission, lora, metrics)
+        self.media = media  # image budgets (scheduling/media.py); None: images are refused
         self.streams: set[GenerationStream] = set()  # running generations, for /stop
 
     def spec(self, model: str | None) -> ModelSpec:
@@ -186,20 +214,30 @@ class GenerationService:
         check_engine_limits(req)
         spec = self.spec(req.model)
         req.model = spec.name
+        refs = image_refs(req.messages)
+        require_vision(spec, refs)  # 400 naming the capability, before any work
         stack = contextlib.AsyncExitStack()
+        images: list[Image] = []
         try:
             if admit:
-                await stack.enter_async_context(self.admission.slot())
+                weight = self.media.weight(refs) if refs and self.media is not None else 1
+                await stack.enter_async_context(self.admission.slot(weight=weight))
+            if refs:  # bytes, headers and pixels admitted, images decoded: all before the model loads
+                if self.media is None:
+                    raise CapabilityMissing("this server takes no images")
+                grant = await stack.enter_async_context(self.media.admit(refs))
+                images = to_images(await decode_all(grant))
             t0 = time.perf_counter()
             handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
             assert isinstance(handle, GeneratorHandle)
             await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
-            p = await asyncio.to_thread(prepare, handle.backend, req)
+            p = await asyncio.to_thread(prepare, handle.backend, req, images)
             stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
                              top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
-                             sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream)
+                             sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream,
+                             media=p.media)
             try:
                 handle.engine.submit(stream.job)
             except BaseException:

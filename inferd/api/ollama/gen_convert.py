@@ -11,7 +11,7 @@ from typing import Any
 from inferd.api.ollama.convert import iso, keep_alive
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest as WireGenerate
 from inferd.chat.reasoning import requested_thinking
-from inferd.errors import CapabilityMissing, InvalidInput
+from inferd.errors import InvalidInput
 from inferd.types import ChatOptions, Delta, Generation, GenerateRequest, SamplingParams, Usage
 
 # Ollama's defaults when neither the request nor a Modelfile says otherwise.
@@ -68,19 +68,25 @@ def chat_options(format: Any, think: Any, tools: list | None = None, tool_choice
 
 def chat_request(body: ChatRequest) -> GenerateRequest:
     messages = []
-    for i, m in enumerate(body.messages):
-        if m.images:
-            raise CapabilityMissing(f"messages[{i}] has images; this model reads text only")
-        messages.append(m.model_dump(exclude_none=True, exclude={"images", "thinking"}))
+    for m in body.messages:
+        msg = m.model_dump(exclude_none=True, exclude={"images", "thinking"})
+        if m.images:  # Ollama's raw base64 images: image parts before the text, as Ollama places them
+            msg["content"] = with_images(m.images, msg.get("content") or "")
+        messages.append(msg)
     return GenerateRequest(model=body.model, messages=messages, stream=body.stream,
                            keep_alive=keep_alive(body.keep_alive),
                            chat=chat_options(body.format, body.think, body.tools, body.tool_choice),
                            **options_to_request(body.options))
 
 
+def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
+    """Content parts for a message with Ollama `images` (raw base64, or data URIs)."""
+    return [*({"type": "image", "data": b} for b in images), {"type": "text", "text": text}]
+
+
 def generate_request(body: WireGenerate) -> GenerateRequest:
-    if body.images:
-        raise CapabilityMissing("'images' needs a vision model; this model reads text only")
+    if body.images and body.raw:
+        raise InvalidInput("'images' need the model's chat template: they cannot be sent with raw: true", "images")
     if body.suffix:
         raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
     if body.template:
@@ -91,8 +97,9 @@ def generate_request(body: WireGenerate) -> GenerateRequest:
                   **options_to_request(body.options))
     if body.raw:
         return GenerateRequest(prompt=body.prompt or "", add_special=not body.context, **common)
+    content: Any = with_images(body.images, body.prompt or "") if body.images else body.prompt or ""
     messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
-        [{"role": "user", "content": body.prompt or ""}]
+        [{"role": "user", "content": content}]
     return GenerateRequest(messages=messages, template_fallback=True, **common)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from fastapi import APIRouter, Depends
 
 from inferd import __version__
@@ -30,5 +31,6 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.resolve(req.model or req.name, *convert.OLLAMA_KINDS)
-    return convert.show(spec, svc.started_at)
+    spec = svc.registry.resolve_served(req.model or req.name, convert.OLLAMA_KINDS)
+    meta = await asyncio.to_thread(svc.models_mgr.gguf_metadata, spec)
+    return convert.show(spec, svc.started_at, meta)
