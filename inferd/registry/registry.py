@@ -113,7 +113,10 @@ class Registry:
 
     def lookup(self, name: str) -> ModelSpec | None:
         """The served model called `name` (or one of its other spellings), else None."""
-        return self.specs.get(name) or self._alias(name)
+        spec = self.specs.get(name) or self._alias(name)
+        if spec is None and name.endswith(":latest"):  # Ollama's `name:tag`: "x:latest" is "x"
+            spec = self.specs.get(name[: -len(":latest")])
+        return spec
 
     def _alias(self, name: str) -> ModelSpec | None:
         """Other spellings of a pulled model's name (hf.co/..., registry.ollama.ai/..., :latest)."""

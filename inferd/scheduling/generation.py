@@ -10,6 +10,13 @@ share the longest prefix with its prompt, or borrows a longer prefix from any ot
 (live or idle) by copying cells, and prefills only the rest: a multi-turn chat does not
 recompute its history. Jobs beyond the slots wait in arrival order.
 
+n > 1 (several choices for one prompt): the first job of the group carries the others as
+`siblings`. The group is admitted when it has a free slot for each member; only the first
+prefills the prompt, and when that prefill ends its KV cells are copied (`seq_cp`, shared
+cells, no recompute) to every sibling's sequence, each sibling samples its own first token
+from the same logits, and from then on all of them decode as ordinary sequences in the
+same batch.
+
 Media (images): a multimodal prompt holds, for each image, a span of placeholder ids (negative,
 derived from the image's hash: never a real token) and the job maps the span's start to a
 media chunk. A span is decoded whole, on the worker, by `Backend.decode_media` (encode the
@@ -33,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
+from inferd.errors import ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded
 from inferd.observability.stats import GenStats
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
@@ -83,6 +90,8 @@ class Job:
     stream: bool = False
     # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
     media: dict[int, Any] = field(default_factory=dict)
+    # n > 1: the other choices of the same prompt, on the first job only (see module doc).
+    siblings: list["Job"] = field(default_factory=list)
     # ---- worker state ----
     number: int = 0                   # submission order
     cancelled: bool = False
@@ -95,6 +104,11 @@ class Job:
     t_first: float = 0.0
     t_last: float = 0.0
     done: bool = False
+    forked: bool = False              # a sibling waiting for its group's prefill to be copied
+
+    @property
+    def group(self) -> list["Job"]:
+        return [self, *self.siblings]
 
     def usage(self, now: float) -> Usage:
         n = len(self.generated)
@@ -165,7 +179,8 @@ class GenerationEngine:
     def cancel(self, job: Job) -> None:
         """Stop `job` at the next step (no more tokens are generated for it)."""
         with self._cond:
-            job.cancelled = True
+            for j in job.group:
+                j.cancelled = True
             self._cond.notify()
 
     def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True) -> concurrent.futures.Future:
@@ -244,12 +259,26 @@ class GenerationEngine:
         for (seq, toks, _p0, _want), job, row in zip(entries, jobs, rows):
             self.slots[seq].cache.extend(toks)
             if row >= 0:
+                if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
+                    self._fork(job, row, now)
                 self._on_token(job, row, now)
+
+    def _fork(self, job: Job, row: int, now: float) -> None:
+        n = len(job.prompt)
+        for sib in job.siblings:
+            if not sib.forked or sib.done:
+                continue
+            sib.forked = False
+            self.backend.seq_cp(job.slot, sib.slot, 0, n)
+            self.slots[sib.slot].cache = list(job.prompt)
+            sib.cached = n  # computed once, for the whole group
+            self._on_token(sib, row, now)
 
     def _drop_cancelled(self, now: float) -> None:
         for job in [j for j in self.waiting if j.cancelled]:
             self.waiting.remove(job)
-            self._finish(job, "cancelled", now)
+            for j in job.group:
+                self._finish(j, "cancelled", now)
         for slot in self.slots:
             if slot.job is not None and slot.job.cancelled:
                 self._finish(slot.job, "cancelled", now)
@@ -260,15 +289,33 @@ class GenerationEngine:
             free = [s for s in self.slots if s.job is None]
             if not free or (barrier is not None and self.waiting[0].number > barrier):
                 return  # jobs after a pending idle call wait for it
-            job = self.waiting.popleft()
-            if len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
-                self._emit(job, Delta(error=ContextOverflow(
-                    f"the prompt has {len(job.prompt)} tokens; this model's context holds {self.backend.n_ctx_seq}")))
-                self._close_job(job)
+            job = self.waiting[0]
+            problem: tuple[type[InvalidInput], str, str | None] | None = None  # (class, message, param)
+            if len(job.group) > len(self.slots):
+                problem = (InvalidInput, f"n={len(job.group)} is more than the {len(self.slots)} sequences this "
+                           "model runs at once", "n")
+            elif len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
+                problem = (ContextOverflow, f"the prompt has {len(job.prompt)} tokens; this model's context holds "
+                           f"{self.backend.n_ctx_seq}", None)
+            elif len(free) < len(job.group):
+                return  # a group starts together; later jobs keep their place behind it
+            self.waiting.popleft()
+            if problem is not None:
+                cls, message, param = problem
+                for j in job.group:  # one exception instance per job
+                    self._emit(j, Delta(error=cls(message, param)))
+                    self._close_job(j)
                 continue
             self._assign(job, free, now)
+            for sib in job.siblings:
+                slot = next(s for s in self.slots if s.job is None)
+                sib.slot, sib.t_admitted, sib.out, sib.forked = slot.id, now, TextOut(sib.stop), True
+                slot.job, slot.last_used = sib, now
+                self.backend.seq_rm(slot.id, -1, -1)  # its old cells are no prefix to lend any more
+                slot.cache = []
             if job.max_tokens <= 0:
-                self._finish(job, "length", now)
+                for j in job.group:
+                    self._finish(j, "length", now)
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
@@ -309,6 +356,8 @@ class GenerationEngine:
             if job.next_token is not None:
                 entries.append((slot.id, [job.next_token], len(slot.cache), True))
                 jobs.append(job)
+            elif job.forked:
+                continue  # its cells come from the group's first job (_fork)
             else:
                 prefilling.append(slot)
         budget = self.backend.n_batch - len(entries)
@@ -341,6 +390,8 @@ class GenerationEngine:
         row = cast(MediaBackend, self.backend).decode_media(slot.id, chunk, start, want)
         slot.cache.extend(job.prompt[start:end])
         if want:
+            if job.siblings:  # n > 1 on a prompt that ends with an image: the choices fork here
+                self._fork(job, row, now)
             self._on_token(job, row, now)
 
     def _on_token(self, job: Job, row: int, now: float) -> None:
@@ -408,7 +459,8 @@ class GenerationEngine:
         with self._cond:
             self.waiting.extend(self._inbox)
             self._inbox.clear()
-        jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
+        jobs = [s.job for s in self.slots if s.job is not None]
+        jobs += [j for w in self.waiting for j in w.group]
         self.waiting.clear()
         for job in jobs:
             job.next_token = None

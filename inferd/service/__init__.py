@@ -36,6 +36,7 @@ from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
 from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
+from inferd.service import model_info
 from inferd.service.lora import LoraService
 from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
@@ -115,6 +116,10 @@ class InferenceService:
             state["size_bytes"] = entry.size_bytes
         return state
 
+    async def chat_template(self, spec: ModelSpec) -> str | None:
+        """The chat template requests to `spec` are rendered with (without loading it)."""
+        return await model_info.chat_template(self.registry, spec)
+
     def gauges(self) -> dict[str, float]:
         gauges: dict[str, float] = {
             "requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
@@ -177,8 +182,8 @@ class InferenceService:
         return await self.reading.read(model, images, prompt, max_tokens)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
-                     keep_alive: float | None = None) -> RerankResult:
-        return await self.encoders.rerank(model, query, documents, keep_alive)
+                     keep_alive: float | None = None, param: str = "documents") -> RerankResult:
+        return await self.encoders.rerank(model, query, documents, keep_alive, param)
 
     async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
         return await self.chunking.chunk(text, model, cfg, threshold)

@@ -52,16 +52,18 @@ def details(spec: ModelSpec) -> dict[str, Any]:
             "parameter_size": str(m.get("parameter_size", "")), "quantization_level": str(m.get("quantization", ""))}
 
 
-def ollama_capabilities(spec: ModelSpec) -> list[str]:
-    if spec.kind is ModelKind.EMBEDDER:
-        return ["embedding"]
-    caps = ["completion"]
-    caps += [c for c in ("tools", "thinking", "vision") if c in spec.capabilities]
-    return caps
+# The Ollama API version inferd implements (UIs gate features on it: tools, thinking, logprobs).
+OLLAMA_API_VERSION = "0.12.0"
+
+
+def tagged(name: str) -> str:
+    """Ollama names are `name:tag`; a served name without a tag is `name:latest` (both are
+    accepted everywhere: the registry resolves "x:latest" to "x")."""
+    return name if ":" in name else f"{name}:latest"
 
 
 def tag(spec: ModelSpec, started_at: float) -> dict[str, Any]:
-    return {"name": spec.name, "model": spec.name, "modified_at": iso(_mtime(spec, started_at)),
+    return {"name": tagged(spec.name), "model": tagged(spec.name), "modified_at": iso(_mtime(spec, started_at)),
             "size": spec.size_bytes, "digest": digest(spec), "details": details(spec)}
 
 
@@ -77,7 +79,7 @@ def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         exp = e["expires_at"]
         size = e.get("size_bytes") or spec.size_bytes  # estimated resident size: weights + KV cache
-        out.append({"name": spec.name, "model": spec.name, "size": size, "digest": digest(spec),
+        out.append({"name": tagged(spec.name), "model": tagged(spec.name), "size": size, "digest": digest(spec),
                     "details": details(spec), "size_vram": 0,
                     # Ollama reports a far-future time for models kept forever; a keep_alive
                     # that ends later than that (1e300 s) is forever too, and beyond datetime's range.
@@ -127,8 +129,11 @@ def modelfile(spec: ModelSpec, meta: dict[str, Any] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`meta`: the GGUF header (scalars become `model_info`, as Ollama reports them)."""
+def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None, template: str | None,
+         capabilities: list[str]) -> dict[str, Any]:
+    """`meta`: the GGUF header (scalars become `model_info`, as Ollama reports them).
+    `template`: the chat template in use (Jinja, not a Go template: inferd renders it);
+    `capabilities`: what the model really does (service/model_info.py)."""
     m, meta = spec.manifest, meta or {}
     info: dict[str, Any] = {"general.architecture": spec.family}
     info.update({k: v for k, v in meta.items() if not isinstance(v, dict) and k != "tokenizer.chat_template"
@@ -144,9 +149,12 @@ def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None = None)
     if not d["parameter_size"] and meta.get("general.size_label"):
         d["parameter_size"] = str(meta["general.size_label"])
     out = {"modelfile": modelfile(spec, meta), "parameters": "\n".join(_param_lines(dict(m.get("options") or {}))),
-           "template": _template(spec, meta),
+           # The Go template a model was created or pulled with, as Ollama shows it; else the
+           # (Jinja) template inferd renders with.
+           "template": str(m.get("ollama_template") or template or _template(spec, meta)),
            "details": d, "model_info": info,
-           "capabilities": ollama_capabilities(spec), "modified_at": iso(_mtime(spec, started_at))}
+           "capabilities": capabilities,
+           "modified_at": iso(_mtime(spec, started_at))}
     if m.get("system"):
         out["system"] = str(m["system"])
     return out
