@@ -156,7 +156,8 @@ def test_bad_options_are_400(srv, body, param):
 
 def test_inputs_empty_too_many_or_not_strings(srv):
     assert_antfly_error(post(srv, {"model": "t5-antfly", "inputs": []}), 400, "INVALID_REQUEST", "must not be empty")
-    assert_antfly_error(post(srv, {"model": "t5-antfly", "inputs": ["a"] * 513}), 400, "INVALID_REQUEST", "at most 512")
+    assert_antfly_error(post(srv, {"model": "t5-antfly", "inputs": ["a"] * 2049}), 413, "PAYLOAD_TOO_LARGE",
+                        "--max-batch-inputs")  # the same limit as embeddings, rerank and extract
     assert_antfly_error(post(srv, {"model": "t5-antfly", "inputs": [1, 2]}), 400, "INVALID_REQUEST")
     assert_antfly_error(post(srv, {"model": "t5-antfly"}), 400, "INVALID_REQUEST", "'inputs' is required")
     assert_antfly_error(post(srv, {"model": "t5-antfly", "inputs": ["ok", "  "]}), 400, "INVALID_REQUEST",

@@ -71,7 +71,7 @@ class InferenceService:
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
-        self.rewriting = RewritingService(self.catalog, registry, admission)
+        self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,

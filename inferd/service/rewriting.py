@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.errors import InferdError, InferenceFailed, InvalidInput, ModelLoadFailed
 from inferd.models import ModelKind, ModelSpec
 from inferd.runtimes.options import RuntimeOptions
@@ -33,7 +34,6 @@ if TYPE_CHECKING:  # the runtime modules import tokenizers/onnxruntime: only whe
 
 log = logging.getLogger("inferd.service.rewriting")
 
-MAX_INPUTS = 512          # inputs per request
 MAX_NEW_TOKENS = 1024     # max_tokens ceiling (the decoder's own max_length is the default)
 _INLINE_CHARS = 2000      # inputs this small are tokenized on the event loop (tens of microseconds)
 
@@ -162,16 +162,17 @@ def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> Rewrit
 class RewritingService:
     """The rewrite verb, with its dependencies passed in."""
 
-    def __init__(self, catalog: "Catalog", registry: "Registry", admission: "Admission"):
+    def __init__(self, catalog: "Catalog", registry: "Registry", admission: "Admission",
+                 max_inputs: int = DEFAULT_MAX_BATCH_INPUTS):
         self.catalog, self.registry, self.admission = catalog, registry, admission
+        self.max_inputs = max_inputs  # --max-batch-inputs, as on every route that takes a list
 
     async def rewrite(self, model: str | None, inputs: Sequence[str], options: RewriteOptions, *, per_item: bool = False,
                       truncate: bool = True, keep_alive: float | None = None) -> RewriteResult:
         spec = self.catalog.resolve(model, ModelKind.REWRITER)
         if not inputs:
             raise InvalidInput("'inputs' must not be empty", "inputs")
-        if len(inputs) > MAX_INPUTS:
-            raise InvalidInput(f"at most {MAX_INPUTS} inputs per request ({len(inputs)} given)", "inputs")
+        check_input_count(len(inputs), self.max_inputs)
         async with self.admission.slot():
             t0 = time.perf_counter()
             async with self.registry.use(spec.name, [ModelKind.REWRITER], keep_alive) as handle:
