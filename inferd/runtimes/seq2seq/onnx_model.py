@@ -30,16 +30,9 @@ _CROSS = re.compile(r"(encoder|cross)", re.IGNORECASE)
 
 
 def _session(path: Path, threads: int | None) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime raises its own types for bad graphs
-        raise ModelLoadFailed(f"onnxruntime could not load {path.name}: {e}") from e
+    from inferd.runtimes.onnx.session import open_session
+
+    return open_session(path, threads)
 
 
 def present_of(past: str) -> str:
