@@ -186,7 +186,7 @@ def test_speculation_refusals_name_the_field(srv):
 def test_batch_items_carry_engine_controls(srv):
     body = {"mode": "sync", "requests": [
         {"custom_id": "a", "body": {"model": "tiny", "messages": [{"role": "user", "content": PASSAGE}],
-                                    "max_tokens": 24, "temperature": 0, "ignore_eos": True, "draft_model": "ngram",
+                                    "max_tokens": 40, "temperature": 0, "ignore_eos": True, "draft_model": "ngram",
                                     "speculation_policy": "on"}},
         {"custom_id": "b", "body": {"model": "tiny", "messages": [{"role": "user", "content": "x"}],
                                     "cache_dtype": "q4_0"}}]}

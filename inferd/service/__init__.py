@@ -38,9 +38,11 @@ from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service import model_info
 from inferd.service.lora import LoraService
+from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
+from inferd.service.prep import PrepPool
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
@@ -64,13 +66,16 @@ class InferenceService:
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
-        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media)
-        self.encoders = EncoderService(self.catalog, registry, admission)
+        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media,
+                                            PrepPool(settings.prep_threads))
+        self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
+        self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
-        self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
+        self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
+                                            settings.max_batch_inputs)
         self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod
@@ -197,4 +202,4 @@ class InferenceService:
 
 
 __all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult",
-           "available_backends", "discover_all"]
+           "RewriteResult", "available_backends", "discover_all"]
