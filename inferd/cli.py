@@ -36,6 +36,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="allow a non-loopback --host (inferd has no TLS)")
     a("--keep-alive", help="unload a model this long after its last use (300, 5m, 1h; -1 = never)")
     a("--max-loaded-models", type=int)
+    a("--max-memory", help="memory budget of loaded models (8GiB, 512MiB, bytes; 0 = none; "
+                           "default 75%% of RAM): idle models are evicted LRU, a model that cannot fit is a 507")
     a("--max-concurrent-requests", type=int)
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")

@@ -34,6 +34,34 @@ def parse_duration(value: Any) -> float:
     return float("inf") if secs < 0 else secs
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from 1073741824, "8GiB", "512MB", "1.5g" (k/m/g/t: powers of 1024 when written
+    KiB/MiB/..., else of 1000 with a B, and of 1024 as a bare letter, as llama.cpp reads them)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0 or math.isnan(value):
+            raise ValueError(f"not a size: {value!r}")
+        return int(value)
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"not a size: {value!r} (use e.g. 8GiB, 512MiB, 2000000000)")
+    unit = (m.group(2) or "b").lower()
+    power = "bkmgt".index(unit[0])
+    base = 1000 if unit.endswith("b") and "i" not in unit and power else 1024
+    return int(float(m.group(1)) * base ** power)
+
+
+def default_max_memory() -> int:
+    """Three quarters of the machine's RAM: room for the OS, the server and request buffers."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    return int(total * 0.75)
+
+
 def _split_list(value: Any) -> list[str]:
     if value is None:
         return []
@@ -59,6 +87,9 @@ class Settings(BaseSettings):
 
     keep_alive: float = 300.0
     max_loaded_models: int = Field(4, ge=1)
+    # Memory budget of loaded models (bytes or "8GiB"; 0 = none); idle models are evicted LRU
+    # to make room, and a model that cannot fit is a 507.
+    max_memory: int = Field(default_factory=default_max_memory, ge=0)
     max_concurrent_requests: int = Field(64, ge=1)
     max_queued_requests: int = Field(256, ge=0)
     queue_timeout: float = 60.0
@@ -78,6 +109,11 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, v: Any) -> list[str]:
         return _split_list(v)
+
+    @field_validator("max_memory", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        return parse_size(v)
 
     @field_validator("keep_alive", "queue_timeout", mode="before")
     @classmethod

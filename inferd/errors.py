@@ -68,6 +68,17 @@ class Overloaded(InferdError):
         self.retry_after_ms = retry_after_ms
 
 
+class ModelUnloaded(InferdError):
+    """The model was unloaded (keep-alive, eviction, shutdown) while the request waited or ran.
+    The same answer from every scheduler: retryable, the next try loads it again."""
+
+    retryable = True
+
+    def __init__(self, name: str, retry_after_ms: int = 500):
+        super().__init__(f"model '{name}' was unloaded while the request was pending; retry")
+        self.retry_after_ms = retry_after_ms
+
+
 class ModelLoadFailed(InferdError):
     """Loading failed. Not cached: the next request tries again."""
 
@@ -79,7 +90,7 @@ class InferenceFailed(InferdError):
 
 
 class MemoryBudgetExceeded(InferdError):
-    pass
+    """A model does not fit the memory budget (--max-memory) even after evicting idle models."""
 
 
 class Cancelled(InferdError):

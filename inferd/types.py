@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from inferd.chat.tools import ToolCall
 
 # "tool_calls": the model stopped on its own after calling tools (chat requests only).
-FinishReason = Literal["stop", "length", "cancelled", "error", "tool_calls"]
+FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 
 
 @dataclass

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from inferd.errors import InferenceFailed, InvalidInput
+from inferd.errors import InferenceFailed, InvalidInput, ModelUnloaded
 from inferd.scheduling.batcher import Batcher, plan
 
 
@@ -94,5 +94,6 @@ async def test_domain_errors_pass_through_and_closed_batcher_refuses():
     with pytest.raises(InvalidInput, match="no such thing"):
         await b.submit(["x"], [1])
     b.close()
-    with pytest.raises(InferenceFailed, match="unloaded"):
+    with pytest.raises(ModelUnloaded, match="unloaded") as e:  # the same retryable answer as the engine's
         await b.submit(["x"], [1])
+    assert e.value.retryable

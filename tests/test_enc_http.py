@@ -231,7 +231,7 @@ def test_concurrent_requests_are_batched(srv):
     rt = srv.service.registry.loaded["tiny-embed"].model
     batcher = rt.batcher
     # settings reach the runtime: --threads 1, default --max-batch-tokens / --max-batch-size
-    assert rt.session.sess.get_session_options().intra_op_num_threads == 1
+    assert rt.encoder.session.sess.get_session_options().intra_op_num_threads == 1
     assert (batcher.max_tokens, batcher.max_items) == (8192, 512)
     before = (batcher.stats.batches, batcher.stats.items)
     vecs = asyncio.run(many())

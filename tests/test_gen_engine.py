@@ -9,8 +9,10 @@ import pytest
 
 from inferd.registry.discovery import make_spec
 from inferd.registry.spec import ModelKind
-from inferd.runtimes.llama_cpp import LlamaGenerator
+from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.generation import Job
+from inferd.service.handles import GeneratorHandle
+from inferd.service.loading import LOADERS
 from inferd.types import SamplingParams
 
 GGUF = Path(__file__).parent / "fixtures" / "gguf"
@@ -19,10 +21,10 @@ GGUF = Path(__file__).parent / "fixtures" / "gguf"
 class Run:
     """One submitted job and what came back for it."""
 
-    def __init__(self, g: LlamaGenerator, prompt: list[int], max_tokens: int, **sp):
+    def __init__(self, g: GeneratorHandle, prompt: list[int], max_tokens: int, **sp):
         self.deltas, self.done, self.first = [], threading.Event(), threading.Event()
         sp.setdefault("temperature", 0.0)
-        self.job = Job(prompt=prompt, sampler=g.make_sampler(SamplingParams(**sp)), max_tokens=max_tokens,
+        self.job = Job(prompt=prompt, sampler=g.backend.make_sampler(SamplingParams(**sp)), max_tokens=max_tokens,
                        sink=self._sink)
 
     def _sink(self, d):
@@ -52,7 +54,10 @@ def go(g, prompt, max_tokens=32, **sp) -> Run:
 
 @pytest.fixture(scope="module")
 def gen():
-    g = LlamaGenerator(make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR), n_seq=4, n_threads=1)
+    """The handle the composition root builds: llama.cpp backend + continuous-batching engine."""
+    spec = make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR)
+    g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=4))
+    assert isinstance(g, GeneratorHandle)
     yield g
     g.close()
 
@@ -64,7 +69,7 @@ def fresh(g):
 
 def prompts(g, n):
     words = ["hello", "world", "the", "other", "one", "is", "here", "there"]
-    return [g.tokenize(" ".join(words[(i + j) % 8] for j in range(3 + 4 * i))) for i in range(n)]
+    return [g.backend.tokenize(" ".join(words[(i + j) % 8] for j in range(3 + 4 * i))) for i in range(n)]
 
 
 def test_ten_jobs_on_four_slots_equal_each_alone_token_for_token(gen):
@@ -86,9 +91,9 @@ def test_ten_jobs_on_four_slots_equal_each_alone_token_for_token(gen):
 
 def test_prefix_of_a_finished_sequence_is_reused_not_recomputed(gen):
     fresh(gen)
-    turn1 = gen.tokenize("the other one is here and there")
+    turn1 = gen.backend.tokenize("the other one is here and there")
     first = go(gen, turn1, 8).wait()
-    turn2 = turn1 + first.tokens + gen.tokenize(" hello world", add_special=False)
+    turn2 = turn1 + first.tokens + gen.backend.tokenize(" hello world", add_special=False)
     second = go(gen, turn2, 12).wait()
     # in the cache: turn 1 and the generated tokens but the last one (sampled, never decoded)
     assert second.last.usage.cached_prompt_tokens == len(turn1) + len(first.tokens) - 1
@@ -100,27 +105,27 @@ def test_prefix_of_a_finished_sequence_is_reused_not_recomputed(gen):
 
 def slowed(gen, seconds):
     """Slow each decode step down: the tiny model is too fast to catch a sequence mid-way."""
-    real = gen.decode
+    real = gen.backend.decode
 
     def decode(entries):
         threading.Event().wait(seconds)
         return real(entries)
 
-    gen.decode = decode
+    gen.backend.decode = decode
 
 
 def test_prefix_is_borrowed_from_a_live_sequence(gen):
     fresh(gen)
-    base = gen.tokenize("hello world the other one is here " * 3)
+    base = gen.backend.tokenize("hello world the other one is here " * 3)
     slowed(gen, 0.003)
     try:
         long = go(gen, base, 150, ignore_eos=True)
         assert long.first.wait(10)
-        extra = base + gen.tokenize(" there", add_special=False)
+        extra = base + gen.backend.tokenize(" there", add_special=False)
         borrowed = go(gen, extra, 10).wait()
         assert not long.done.is_set()  # the donor was still generating
     finally:
-        del gen.decode
+        del gen.backend.decode
     assert borrowed.last.usage.cached_prompt_tokens == len(base)
     long.wait()
     fresh(gen)
@@ -132,20 +137,20 @@ def test_cancel_stops_generation_and_frees_the_slot(gen):
     fresh(gen)
     slowed(gen, 0.01)
     try:
-        r = go(gen, gen.tokenize("hello"), 200, ignore_eos=True)
+        r = go(gen, gen.backend.tokenize("hello"), 200, ignore_eos=True)
         assert r.first.wait(10)
         gen.engine.cancel(r.job)
         r.wait(5)
     finally:
-        del gen.decode
+        del gen.backend.decode
     assert r.last.finish_reason == "cancelled" and len(r.tokens) < 50
     assert gen.engine.active == 0
-    assert go(gen, gen.tokenize("hello"), 4).wait().last.finish_reason == "length"
+    assert go(gen, gen.backend.tokenize("hello"), 4).wait().last.finish_reason == "length"
 
 
 def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
     fresh(gen)
-    real = gen.decode
+    real = gen.backend.decode
     calls = {"n": 0}
 
     def flaky(entries):  # fail once, on the first step that holds all three sequences
@@ -154,7 +159,7 @@ def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
             raise RuntimeError("simulated device failure")
         return real(entries)
 
-    gen.decode = flaky
+    gen.backend.decode = flaky
     try:
         gate = threading.Event()
         gen.engine.call_when_idle(lambda: gate.wait(5))  # hold the worker: the three start together
@@ -163,7 +168,7 @@ def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
         for r in runs:
             r.wait()
     finally:
-        del gen.decode
+        del gen.backend.decode
     for r in runs:
         assert r.last.error is not None and "simulated device failure" in str(r.last.error)
     ok = go(gen, prompts(gen, 1)[0], 5).wait()
@@ -172,8 +177,8 @@ def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
 
 def test_context_end_stops_with_length(gen):
     fresh(gen)
-    p = gen.tokenize("hello world the other one " * 60)[: gen.n_ctx_seq - 10]
-    assert len(p) == gen.n_ctx_seq - 10
+    p = gen.backend.tokenize("hello world the other one " * 60)[: gen.backend.n_ctx_seq - 10]
+    assert len(p) == gen.backend.n_ctx_seq - 10
     r = go(gen, p, 500, ignore_eos=True).wait()
     # 10 positions left: 10 generated tokens fill them, one more is sampled from the last
     assert r.last.finish_reason == "length" and len(r.tokens) == 11

@@ -31,6 +31,7 @@ def oai(srv):
 
 
 def runtime(s, name="tiny"):
+    """The loaded model's handle: .engine (the scheduler) and .backend (llama.cpp)."""
     return s.service.registry.loaded[name].model
 
 
@@ -41,8 +42,9 @@ def wait_for(cond, timeout=5.0):
         time.sleep(0.01)
 
 
-def slow_decode(rt, seconds):
+def slow_decode(handle, seconds):
     """Slow every decode step (the tiny model finishes in milliseconds otherwise)."""
+    rt = handle.backend
     real = rt.decode
 
     def decode(entries):
@@ -366,7 +368,7 @@ def test_admission_slot_is_held_for_the_whole_stream():
 def test_failure_after_the_stream_started_is_an_error_frame():
     with serve(models=[f"tiny={TINY}"], threads=1) as s:
         httpx.post(s.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 1})
-        rt = runtime(s)
+        rt = runtime(s).backend
         real, calls = rt.decode, {"n": 0}
 
         def flaky(entries):

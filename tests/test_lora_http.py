@@ -98,7 +98,8 @@ def test_model_may_be_omitted_with_one_generator(tmp_path):
         assert greedy(s, "solo") == base
 
 
-def slow_decode(rt, seconds):
+def slow_decode(handle, seconds):
+    rt = handle.backend
     real = rt.decode
 
     def decode(entries):

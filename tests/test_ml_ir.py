@@ -101,8 +101,10 @@ def test_discovery_reports_bad_files_and_serves_the_rest(tmp_path, capsys):
         (tmp_path / name).mkdir()
         (tmp_path / name / "tabular_model.json").write_text(text)
     (tmp_path / "empty").mkdir()
+    from inferd.runtimes.tabular import check_file
+
     found = Discovery()
-    scan_ml_dir(tmp_path, found)
+    scan_ml_dir(tmp_path, found, check_file)  # the checker the service passes to discovery
     assert [s.name for s in found.specs] == ["good"]
     assert found.specs[0].manifest["tabular"]["feature_names"] == ["a", "b"]
     problems = "\n".join(found.problems)

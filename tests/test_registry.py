@@ -119,8 +119,10 @@ async def test_keep_alive_zero_unloads_after_use():
 
 
 async def test_no_runtime_for_format_is_clear():
-    from inferd.runtimes import loader_for
-    reg = Registry.build([ModelSpec("x", ModelKind.READER, "weird", None, "test")], loader_for)
+    from inferd.runtimes.options import RuntimeOptions
+    from inferd.service.loading import Loaders
+
+    reg = Registry.build([ModelSpec("x", ModelKind.READER, "weird", None, "test")], Loaders(RuntimeOptions()))
     with pytest.raises(NotImplementedYet, match="reader models in weird format"):
         async with reg.use("x"):
             pass

@@ -27,7 +27,7 @@ async def health() -> dict:
 
 @router.get("/readyz")
 async def ready(svc: InferenceService = Depends(get_service)) -> dict:
-    return {"status": "ready", "version": __version__, "models": len(svc.registry.specs)}
+    return {"status": "ready", "version": __version__, "models": len(svc.models())}
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

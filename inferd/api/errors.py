@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 
 from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed,
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
+                           ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized)
 
 log = logging.getLogger("inferd.api")
@@ -32,6 +33,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
     Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
+    ModelUnloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     MemoryBudgetExceeded: (507, "server_error", "MEMORY_BUDGET_EXCEEDED"),
 }
 _INTERNAL = (500, "server_error", "INTERNAL_ERROR")
@@ -57,8 +59,9 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
     status, oai_type, code = classify(exc)
     message = exc.message if isinstance(exc, InferdError) else "internal server error"
     headers: dict[str, str] = {}
-    if isinstance(exc, Overloaded):
-        headers["Retry-After"] = str(max(1, -(-exc.retry_after_ms // 1000)))
+    retry_ms = getattr(exc, "retry_after_ms", None) if isinstance(exc, InferdError) else None
+    if retry_ms is not None:
+        headers["Retry-After"] = str(max(1, -(-int(retry_ms) // 1000)))
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
     if family == "ollama":
@@ -67,21 +70,24 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
         body: dict[str, Any] = {"error": code, "message": message}
         if isinstance(exc, Overloaded):
             body.update(reason="inference_capacity", retryable=True, retry_after_ms=exc.retry_after_ms)
+        elif isinstance(exc, ModelUnloaded):
+            body.update(reason="model_unloaded", retryable=True, retry_after_ms=exc.retry_after_ms)
         elif isinstance(exc, InferdError) and exc.retryable:
             body["retryable"] = True
         return status, body, headers
     err: dict[str, Any] = {"message": message, "type": oai_type, "param": getattr(exc, "param", None),
                            "code": code.lower()}
-    if isinstance(exc, Overloaded):
-        err["retry_after_ms"] = exc.retry_after_ms
+    if retry_ms is not None:
+        err["retry_after_ms"] = retry_ms
     return status, {"error": err}, headers
 
 
 def item_error(exc: InferdError) -> dict[str, Any]:
     """One item's failure inside an Antfly 200 response (batch generation, per_item embeddings)."""
     out: dict[str, Any] = {"code": classify(exc)[2], "message": exc.message, "retryable": bool(exc.retryable)}
-    if isinstance(exc, Overloaded):
-        out["retry_after_ms"] = exc.retry_after_ms
+    retry_ms = getattr(exc, "retry_after_ms", None)
+    if retry_ms is not None:
+        out["retry_after_ms"] = retry_ms
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from inferd.registry.spec import ModelKind, ModelSpec
 
@@ -19,6 +20,15 @@ FIXED_CHUNKER = ModelSpec(name="fixed", kind=ModelKind.CHUNKER, format="builtin"
 
 Provider = Callable[[], "ModelSpec | None"]
 PROVIDERS: list[Provider] = []
+# Built-ins whose file is assembled on first load (not at discovery, which must stay cheap):
+# served name -> a function that makes the file and returns its path.
+MATERIALIZERS: dict[str, Callable[[], Path]] = {}
+
+
+def materialize(spec: ModelSpec) -> Path | None:
+    """The file of a built-in spec that has none yet (None: it needs no file)."""
+    make = MATERIALIZERS.get(spec.name) if spec.source == "builtin" else None
+    return make() if make is not None else None
 
 
 def provider(fn: Provider) -> Provider:
@@ -45,7 +55,6 @@ def builtin_specs(configured: list[ModelSpec], with_providers: bool = True) -> l
 def _package_dir(name: str):
     """The folder of an installed package, found without importing it."""
     import importlib.util
-    from pathlib import Path
 
     found = importlib.util.find_spec(name)
     if found is None or not found.submodule_search_locations:
@@ -95,8 +104,6 @@ def splade_tiny_embedder() -> ModelSpec | None:
 @provider
 def iris_classifier_predictor() -> ModelSpec | None:
     """A 16-tree random forest trained on scikit-learn's bundled iris data; numpy serves it."""
-    from pathlib import Path
-
     folder = Path(__file__).resolve().parent.parent / "runtimes" / "tabular" / "builtin" / "iris-classifier"
     model = folder / "tabular_model.json"
     if not model.is_file():
@@ -120,11 +127,10 @@ def _gemma_parts():
     return parts
 
 
-def gemma_270m_path():
+def gemma_270m_path() -> Path:
     """The assembled GGUF, joined from the package's byte parts on first load into
     ~/.cache/inferd (written to a temporary name, checked, then renamed: never half a file)."""
     import os
-    from pathlib import Path
 
     parts = _gemma_parts()
     if _package_dir(_GEMMA_PKG) is None or parts is None:
@@ -146,6 +152,9 @@ def gemma_270m_path():
     return target
 
 
+MATERIALIZERS["gemma-3-270m"] = gemma_270m_path
+
+
 @provider
 def gemma_270m_generator() -> ModelSpec | None:
     """gemma-3-270m, a base (not instruction-tuned) model: good at completion, weak at chat.
@@ -155,5 +164,5 @@ def gemma_270m_generator() -> ModelSpec | None:
         return None
     return ModelSpec(name="gemma-3-270m", kind=ModelKind.GENERATOR, format="gguf", path=None, source="builtin",
                      size_bytes=sum(p.stat().st_size for p in parts), capabilities=frozenset({"chat", "completion"}),
-                     manifest={"materialize": "inferd.registry.builtins:gemma_270m_path", "family": "gemma3",
+                     manifest={"family": "gemma3",
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})

@@ -6,19 +6,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from inferd.errors import ConfigError
-from inferd.registry.spec import KIND_DIRS, ModelKind, ModelSpec
+from inferd.models import (KIND_DIRS, MANIFEST, PREDICTOR_NAME, TABULAR_FILE, ModelKind, ModelSpec,
+                           model_ggufs, onnx_files)
 
 log = logging.getLogger("inferd.registry")
 
-MANIFEST = "model_manifest.json"
-TABULAR_FILE = "tabular_model.json"
-PREDICTOR_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _MAX_DEPTH = 4  # org/name/variant is as deep as served names go in practice
 
 
@@ -50,16 +48,6 @@ def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     return [p for p in path.rglob("*") if p.is_file()]
-
-
-def model_ggufs(folder: Path) -> list[Path]:
-    """The weight files of a GGUF model folder (top level): not projectors; adapters live in loras/."""
-    return sorted(p for p in folder.glob("*.gguf") if not p.name.startswith("mmproj"))
-
-
-def onnx_files(folder: Path) -> list[Path]:
-    """ONNX graphs at the top level or in an onnx/ subfolder (the Hugging Face export layout)."""
-    return sorted([*folder.glob("*.onnx"), *folder.glob("onnx/*.onnx")])
 
 
 def detect_format(path: Path) -> str | None:
@@ -177,7 +165,13 @@ def scan_models_dir(models_dir: Path, out: Discovery) -> None:
             _walk(kind, models_dir / dirname, models_dir / dirname, 1, out)
 
 
-def scan_ml_dir(ml_dir: Path, out: Discovery) -> None:
+# Checks a predictor file at discovery and returns its catalog summary; raises ValueError if it
+# is invalid. The composition root passes the tabular runtime's checker (the registry imports
+# no runtime).
+PredictorCheck = Callable[[Path], dict[str, Any]]
+
+
+def scan_ml_dir(ml_dir: Path, out: Discovery, check: PredictorCheck | None = None) -> None:
     if not ml_dir.is_dir():
         return
     for child in sorted(ml_dir.iterdir()):
@@ -188,19 +182,19 @@ def scan_ml_dir(ml_dir: Path, out: Discovery) -> None:
         elif not PREDICTOR_NAME.match(child.name):
             out.problems.append(f"skipped {child}: predictor names are [A-Za-z0-9_-], at most 128 characters")
         else:
-            from inferd.runtimes.tabular.ir import IRError, check_file  # numpy only; imported when needed
-
             try:  # a broken folder is reported and skipped; the other predictors are served
                 spec = make_spec(child.name, child, "ml_dir", ModelKind.PREDICTOR)
             except (ValueError, OSError) as e:  # e.g. a model_manifest.json that is not JSON
                 out.problems.append(f"skipped {child}: {e}")
                 continue
-            try:
-                info = check_file(child / TABULAR_FILE)
-            except IRError as e:
-                out.problems.append(f"skipped {child}: invalid {TABULAR_FILE}: {e}")
-                continue
-            out.specs.append(dataclasses.replace(spec, manifest={**spec.manifest, "tabular": info}))
+            if check is not None:
+                try:
+                    info = check(child / TABULAR_FILE)
+                except ValueError as e:
+                    out.problems.append(f"skipped {child}: invalid {TABULAR_FILE}: {e}")
+                    continue
+                spec = dataclasses.replace(spec, manifest={**spec.manifest, "tabular": info})
+            out.specs.append(spec)
 
 
 def parse_model_arg(arg: str) -> tuple[ModelKind | None, str, Path]:
@@ -215,10 +209,11 @@ def parse_model_arg(arg: str) -> tuple[ModelKind | None, str, Path]:
     return kind, name, Path(path).expanduser()
 
 
-def discover(models_dir: Path, ml_dir: Path, model_args: list[str]) -> Discovery:
+def discover(models_dir: Path, ml_dir: Path, model_args: list[str],
+             check_predictor: PredictorCheck | None = None) -> Discovery:
     out = Discovery()
     scan_models_dir(models_dir, out)
-    scan_ml_dir(ml_dir, out)
+    scan_ml_dir(ml_dir, out, check_predictor)
     for arg in model_args:
         kind, name, path = parse_model_arg(arg)
         try:

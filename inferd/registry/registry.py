@@ -1,6 +1,17 @@
-"""Served names -> loaded runtimes. Loads on first use (once, even under concurrent first
-requests), keeps a model for `keep_alive` after its last use, evicts idle models in LRU
-order beyond `max_loaded`. A failed load raises ModelLoadFailed and is retried next time."""
+"""Served names -> loaded handles. Loads on first use, keeps a model for `keep_alive` after
+its last use, evicts idle models in LRU order beyond `max_loaded` or the memory budget.
+
+A load belongs to the registry, not to the request that asked first: it runs in a task of
+the registry's own, shielded from every requester's cancellation, so a client that leaves
+mid-load costs the others nothing, and the loaded model is always registered (or closed).
+Every waiter gets the model or the same error; at most one load per model runs, and loads
+of different models run one at a time (`max_loading`), as Ollama does. A failed load raises
+ModelLoadFailed and is retried next time.
+
+Memory budget (`max_memory` bytes, 0 = none): a load first evicts idle models, least
+recently used first, until the model's estimated size fits; if it cannot fit even then it
+is MemoryBudgetExceeded (507). Estimates: before loading, from the files (`estimate`); once
+loaded, the handle's own `size_bytes` (weights + KV cache for generators)."""
 
 from __future__ import annotations
 
@@ -13,8 +24,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.errors import (ConfigError, InferdError, InvalidInput, ModelLoadFailed, ModelNotFound,
-                           ModelNotSupported)
+from inferd.errors import (ConfigError, InferdError, InvalidInput, MemoryBudgetExceeded, ModelLoadFailed,
+                           ModelNotFound, ModelNotSupported)
 from inferd.registry.spec import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd.registry")
@@ -31,6 +42,7 @@ class Loaded:
     keep_alive: float
     in_use: int = 0
     load_seconds: float = 0.0
+    size_bytes: int = 0
 
     def expires_at(self, now: float) -> float:
         return now + self.keep_alive if self.in_use else self.last_used + self.keep_alive
@@ -42,9 +54,14 @@ class Registry:
     loader_for: LoaderLookup
     keep_alive: float = 300.0
     max_loaded: int = 4
+    max_memory: int = 0                 # bytes; 0: no budget
+    max_loading: int = 1                # different models loading at once
     clock: Callable[[], float] = time.monotonic
     loaded: dict[str, Loaded] = field(default_factory=dict)
-    _loading: dict[str, asyncio.Future] = field(default_factory=dict)
+    loads: int = 0                      # loader calls made (for tests and /metrics)
+    load_failures: int = 0
+    _loading: dict[str, asyncio.Task] = field(default_factory=dict)
+    _load_gate: asyncio.Semaphore | None = None
     _reaper: asyncio.Task | None = None
 
     @classmethod
@@ -99,48 +116,87 @@ class Registry:
         if entry is not None:
             entry.last_used = self.clock()
             return entry
-        fut = self._loading.get(spec.name)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._loading[spec.name] = fut
-            try:
-                entry = await self._load(spec)
-                fut.set_result(entry)
-            except BaseException as e:
-                fut.set_exception(e)
-                fut.exception()  # mark retrieved: nobody else may be waiting
-                raise
-            finally:
-                del self._loading[spec.name]
-            return entry
-        return await asyncio.shield(fut)
+        task = self._loading.get(spec.name)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load_task(spec), name=f"load:{spec.name}")
+            self._loading[spec.name] = task
+            # Retrieve a failure even when every waiter has gone, so it is never logged as lost.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
+
+    async def _load_task(self, spec: ModelSpec) -> Loaded:
+        try:
+            if self._load_gate is None:
+                self._load_gate = asyncio.Semaphore(max(1, self.max_loading))
+            async with self._load_gate:
+                return await self._load(spec)
+        finally:
+            self._loading.pop(spec.name, None)
 
     async def _load(self, spec: ModelSpec) -> Loaded:
-        await self._evict_for_one_more()
         loader = self.loader_for(spec)  # raises NotImplementedYet for a format with no runtime
+        await self._make_room(spec.name, self.estimate(spec))
         t0 = time.perf_counter()
         log.info("loading %s %s (%s) from %s", spec.kind.value, spec.name, spec.format, spec.path or spec.source)
+        self.loads += 1
         try:
             model = await asyncio.to_thread(loader, spec)
         except ModelLoadFailed as e:  # the runtime's own reason; say which model it was
+            self.load_failures += 1
             raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e
         except InferdError:
+            self.load_failures += 1
             raise
         except Exception as e:
+            self.load_failures += 1
             log.exception("loading %s failed", spec.name)
             raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e}") from e
         now = self.clock()
+        size = int(getattr(model, "size_bytes", 0) or self.estimate(spec))
         entry = Loaded(spec=spec, model=model, loaded_at=now, last_used=now, keep_alive=self.keep_alive,
-                       load_seconds=time.perf_counter() - t0)
+                       load_seconds=time.perf_counter() - t0, size_bytes=size)
         self.loaded[spec.name] = entry
-        log.info("loaded %s in %.2fs", spec.name, entry.load_seconds)
+        log.info("loaded %s in %.2fs (about %d MiB)", spec.name, entry.load_seconds, size >> 20)
+        if self.max_memory and self.resident_bytes() > self.max_memory:  # the estimate was low
+            await self._evict_idle(lambda: self.resident_bytes() > self.max_memory, keep=spec.name)
         return entry
 
-    async def _evict_for_one_more(self) -> None:
-        while len(self.loaded) >= self.max_loaded:
-            idle = [e for e in self.loaded.values() if e.in_use == 0]
-            if not idle:  # all busy: go over budget now, the reaper trims once they are idle
+    def estimate(self, spec: ModelSpec) -> int:
+        """Resident size before loading: the weights on disk, plus a generator's KV cache and
+        compute buffers guessed at 25%. The loaded handle reports a better figure."""
+        size = spec.size_bytes
+        if not size and spec.path is not None and spec.path.exists():
+            p = spec.path
+            size = p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return int(size * (1.25 if spec.kind is ModelKind.GENERATOR else 1.0))
+
+    def resident_bytes(self) -> int:
+        return sum(e.size_bytes for e in self.loaded.values())
+
+    async def _make_room(self, name: str, need: int) -> None:
+        """Evict idle models (LRU) for one more model of `need` bytes: beyond `max_loaded`
+        and beyond the memory budget. Busy models are never evicted."""
+        if len(self.loaded) >= self.max_loaded:
+            await self._evict_idle(lambda: len(self.loaded) >= self.max_loaded)
+            if len(self.loaded) >= self.max_loaded:  # all busy: go over now, the reaper trims later
                 log.warning("all %d loaded models are busy; loading one more", len(self.loaded))
+        if not self.max_memory:
+            return
+        if need > self.max_memory:
+            raise MemoryBudgetExceeded(f"model '{name}' needs about {_mib(need)} MiB; the memory budget "
+                                       f"(--max-memory) is {_mib(self.max_memory)} MiB")
+        await self._evict_idle(lambda: self.resident_bytes() + need > self.max_memory)
+        if self.resident_bytes() + need > self.max_memory:
+            busy = ", ".join(sorted(self.loaded))
+            raise MemoryBudgetExceeded(
+                f"model '{name}' needs about {_mib(need)} MiB; {_mib(self.resident_bytes())} of the "
+                f"{_mib(self.max_memory)} MiB budget (--max-memory) are held by models in use ({busy}); "
+                "retry when they are idle")
+
+    async def _evict_idle(self, over: Callable[[], bool], keep: str | None = None) -> None:
+        while over():
+            idle = [e for e in self.loaded.values() if e.in_use == 0 and e.spec.name != keep]
+            if not idle:
                 return
             await self._unload(min(idle, key=lambda e: e.last_used).spec.name)
 
@@ -152,7 +208,8 @@ class Registry:
         close = getattr(entry.model, "close", None)
         if close is not None:
             try:
-                await asyncio.to_thread(close)
+                # Shielded: a requester cancelled while this runs must not leave it half done.
+                await asyncio.shield(asyncio.to_thread(close))
             except Exception:
                 log.exception("closing %s failed", name)
 
@@ -189,6 +246,9 @@ class Registry:
     async def close(self) -> None:
         if self._reaper:
             self._reaper.cancel()
+        for task in list(self._loading.values()):  # a load in flight is registered, then closed
+            with contextlib.suppress(BaseException):
+                await task
         for name in list(self.loaded):
             await self._unload(name)
 
@@ -199,5 +259,9 @@ class Registry:
             exp = e.expires_at(now)
             out.append({"spec": e.spec, "in_use": e.in_use,
                         "expires_at": None if math.isinf(exp) else wall + (exp - now),
-                        "load_seconds": e.load_seconds})
+                        "load_seconds": e.load_seconds, "size_bytes": e.size_bytes})
         return out
+
+
+def _mib(n: int) -> int:
+    return max(1, n >> 20)

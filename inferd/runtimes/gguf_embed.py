@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidInput, ModelLoadFailed
-from inferd.registry.discovery import model_ggufs
-from inferd.registry.spec import ModelSpec
-from inferd.runtimes.onnx.prefixes import prefixes_of, task_prefix
-from inferd.runtimes.onnx.pooling import l2_normalize
-from inferd.scheduling.batcher import Batcher
+from inferd.models import model_ggufs
+from inferd.models import ModelSpec
+from inferd.runtimes.common.prefixes import prefixes_of, task_prefix
+from inferd.runtimes.common.pooling import l2_normalize
+from inferd.runtimes.options import RuntimeOptions
 
 log = logging.getLogger("inferd.runtimes.gguf")
 
@@ -37,8 +37,9 @@ class GgufItem:
 
 class GgufEmbedder:
     sparse = False
+    max_batch_tokens: int | None = None
 
-    def __init__(self, spec: ModelSpec, settings: Any = None):
+    def __init__(self, spec: ModelSpec, opts: RuntimeOptions):
         import llama_cpp
 
         path = Path(spec.path) if spec.path else None
@@ -51,7 +52,7 @@ class GgufEmbedder:
         pooling = {"mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN, "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
                    "last": llama_cpp.LLAMA_POOLING_TYPE_LAST}.get(str(self.manifest.get("pooling", "")),
                                                                  llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)
-        threads = getattr(settings, "n_threads", None) if settings is not None else None
+        threads = opts.threads
         n_ctx = int(self.manifest.get("max_length", 0) or 512)
         def open_(pooling_type: int) -> Any:
             return llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=n_ctx, n_batch=n_ctx,
@@ -68,8 +69,6 @@ class GgufEmbedder:
         self.normalize = bool(self.manifest.get("normalize", True))
         self.prefixes = prefixes_of(self.manifest)
         self.graph_path = str(path)
-        self.batcher = Batcher(self.run_batch, max_tokens=int(getattr(settings, "max_batch_tokens", 8192) or 8192),
-                               max_items=int(getattr(settings, "max_batch_size", 512) or 512), name=spec.name)
 
     def prefix(self, task: str | None) -> str:
         return task_prefix(self.prefixes, task)
@@ -95,9 +94,8 @@ class GgufEmbedder:
         return list(l2_normalize(vecs) if self.normalize else vecs)
 
     def close(self) -> None:
-        self.batcher.close()
         self.llm.close()
 
 
-def load_embedder(spec: ModelSpec, settings: Any = None) -> GgufEmbedder:
-    return GgufEmbedder(spec, settings)
+def load_embedder(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> GgufEmbedder:
+    return GgufEmbedder(spec, opts)

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.errors import InferdError, InferenceFailed
+from inferd.errors import InferdError, InferenceFailed, ModelUnloaded
 
 log = logging.getLogger("inferd.batcher")
 
@@ -81,7 +81,7 @@ class Batcher:
     async def submit_each(self, items: Sequence[Any], costs: Sequence[int]) -> list[Any]:
         """Results in item order, where a failed item's result is its exception."""
         if self.closed:
-            raise InferenceFailed(f"model '{self.name}' was unloaded; retry the request")
+            raise ModelUnloaded(self.name)
         if not items:
             return []
         loop = asyncio.get_running_loop()
@@ -134,14 +134,14 @@ class Batcher:
         self.closed = True
         for e in self._pending:
             if not e.fut.done():
-                e.fut.get_loop().call_soon_threadsafe(_fail, e.fut)
+                e.fut.get_loop().call_soon_threadsafe(_fail, e.fut, self.name)
         self._pending = []
         self._executor.shutdown(wait=True)
 
 
-def _fail(fut: asyncio.Future) -> None:
+def _fail(fut: asyncio.Future, name: str) -> None:
     if not fut.done():
-        fut.set_exception(InferenceFailed("the model was unloaded while the request waited; retry"))
+        fut.set_exception(ModelUnloaded(name))
 
 
 def _per_entry(exc: BaseException) -> BaseException:

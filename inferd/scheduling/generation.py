@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed
+from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
 
@@ -100,8 +100,11 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class GenerationEngine:
-    def __init__(self, backend: Backend, name: str = "model"):
-        self.backend, self.name = backend, name
+    """`max_waiting` bounds the jobs waiting for a slot: beyond it `submit` refuses with
+    Overloaded (503 + retry_after_ms), so no request can grow the queue without bound."""
+
+    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024):
+        self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
@@ -119,9 +122,14 @@ class GenerationEngine:
     # ---- any thread -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         with self._cond:
-            if self._closing or self.dead is not None:
-                raise InferenceFailed(f"model '{self.name}' is shutting down" if self._closing else
-                                      f"the worker of model '{self.name}' died: {self.dead}")
+            if self._closing:
+                raise ModelUnloaded(self.name)
+            if self.dead is not None:
+                raise InferenceFailed(f"the worker of model '{self.name}' died: {self.dead}")
+            waiting = len(self.waiting) + len(self._inbox)
+            if waiting >= self.max_waiting:
+                raise Overloaded(f"model '{self.name}' has {waiting} requests waiting for a slot; retry later",
+                                 retry_after_ms=1000)
             self._submitted += 1
             job.number = self._submitted
             self._inbox.append(job)
@@ -151,11 +159,15 @@ class GenerationEngine:
     def queued(self) -> int:
         return len(self.waiting) + len(self._inbox)
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 60.0) -> bool:
+        """Stop the worker: waiting and running jobs fail with ModelUnloaded (retryable).
+        True once the worker thread has ended; False if it is still inside a step after
+        `timeout`, and then the caller must not free the backend's native state under it."""
         with self._cond:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # ---- worker thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -168,21 +180,21 @@ class GenerationEngine:
                     self._inbox.clear()
                     closing = self._closing
                 if closing:
-                    self._fail_all(Cancelled(f"model '{self.name}' was unloaded"))
-                    self._fail_idle_calls(InferenceFailed(f"model '{self.name}' was unloaded"))
+                    self._fail_all(lambda: ModelUnloaded(self.name))
+                    self._fail_idle_calls(lambda: ModelUnloaded(self.name))
                     return
                 try:
                     self._step()
                 except Exception as e:  # a failed decode loses every sequence in the batch
                     log.exception("generation step failed on %s", self.name)
-                    err = e if isinstance(e, InferdError) else InferenceFailed(f"generation failed: {e}")
-                    self._fail_all(err)
+                    self._fail_all(lambda e=e: _fresh(e, "generation failed"))
                     self._reset_cache()
         except BaseException as e:  # never leave a request hanging, even on a bug
             self.dead = e
             log.exception("generation worker of %s died", self.name)
-            self._fail_all(InferenceFailed(f"generation worker failed: {e}"))
-            self._fail_idle_calls(InferenceFailed(f"generation worker failed: {e}"))
+            why = f"generation worker failed: {e}"
+            self._fail_all(lambda: InferenceFailed(why))
+            self._fail_idle_calls(lambda: InferenceFailed(why))
 
     def _step(self) -> None:
         now = time.perf_counter()
@@ -326,7 +338,9 @@ class GenerationEngine:
             log.debug("delta sink failed; cancelling", exc_info=True)
             job.cancelled = True
 
-    def _fail_all(self, err: BaseException) -> None:
+    def _fail_all(self, make_error: Callable[[], BaseException]) -> None:
+        """Fail every held job, each with its own exception instance (one shared instance
+        would gather every request's traceback and context)."""
         with self._cond:
             self.waiting.extend(self._inbox)
             self._inbox.clear()
@@ -334,7 +348,7 @@ class GenerationEngine:
         self.waiting.clear()
         for job in jobs:
             job.next_token = None
-            self._emit(job, Delta(error=err))
+            self._emit(job, Delta(error=make_error()))
             self._close_job(job)
 
     def _reset_cache(self) -> None:
@@ -356,8 +370,18 @@ class GenerationEngine:
             except BaseException as e:
                 fut.set_exception(e)
 
-    def _fail_idle_calls(self, err: BaseException) -> None:
+    def _fail_idle_calls(self, make_error: Callable[[], BaseException]) -> None:
         with self._cond:
             calls, self._idle_calls = self._idle_calls, []
         for _fn, _reset, fut, _barrier in calls:
-            fut.set_exception(err)
+            fut.set_exception(make_error())
+
+
+def _fresh(exc: BaseException, what: str) -> BaseException:
+    """A new exception equal to `exc` for one job: domain errors keep their class and fields."""
+    if isinstance(exc, InferdError):
+        new = InferdError.__new__(type(exc))
+        new.__dict__.update(exc.__dict__)
+        new.args = exc.args
+        return new
+    return InferenceFailed(f"{what}: {exc}")

@@ -1,31 +1,156 @@
-"""InferenceService: the verbs every API face calls. It owns the registry and admission
-control; faces convert wire formats to these calls and back, and know nothing else.
+"""InferenceService: the one facade every API face calls. It is composed, with explicit
+dependencies, of one service per domain; faces convert wire formats to these calls and
+back, and never touch the registry themselves.
 
-Verbs are grouped by domain in mixins (one module each); CoreService holds the state."""
+    catalog     names -> specs, one rule for every route           (core.py)
+    generation  chat / completion on the engines, /stop, tokenize  (generation.py)
+    lora        adapter choice per generator                       (lora.py)
+    encoders    embeddings, rerank, chunk boundaries               (encoders.py)
+    chunking    /ai/v1/chunk with its cache                        (chunking.py)
+    tabular     /ml/v1 predictors                                  (tabular.py)
+
+Model loading is composed in loading.py: (kind, format) -> loader -> typed handle."""
 
 from __future__ import annotations
 
-import functools
+import time
+from collections.abc import Sequence
+from typing import Any
 
-from inferd.service.chunking import ChunkingVerbs, ChunkResult
-from inferd.service.core import CoreService, available_backends, discover_all
-from inferd.service.encoders import EmbedResult, EncoderVerbs, RerankResult
-from inferd.service.generation import GenerationStream, GenerationVerbs
-from inferd.service.lora import LoraVerbs
-from inferd.service.tabular import PredictResult, TabularVerbs
-from inferd.runtimes import loader_for
-from inferd.text.cache import TTLCache
-
-
-class InferenceService(GenerationVerbs, LoraVerbs, TabularVerbs, EncoderVerbs, ChunkingVerbs, CoreService):
-    def __post_init__(self) -> None:
-        self._chunk_cache = TTLCache(ttl=120.0, max_items=1024)
-        self._streams = set()  # running generations, for /stop
-        self._lora = {}  # generator -> chosen LoRA adapter (service/lora.py)
-        self._lora_locks = {}
-        self._predictor_info = {}  # catalog entries of predictors not checked at discovery
-        if self.registry.loader_for is loader_for:  # runtimes get threads and batch budgets from settings
-            self.registry.loader_for = functools.partial(loader_for, settings=self.settings)
+from inferd.config import Settings
+from inferd.errors import InferdError
+from inferd.metrics import Metrics
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.registry import Registry
+from inferd.scheduling.admission import Admission
+from inferd.service.chunking import ChunkingService, ChunkResult
+from inferd.service.core import Catalog, available_backends, discover_all
+from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
+from inferd.service.generation import GenerationService, GenerationStream
+from inferd.service.loading import Loaders, runtime_options
+from inferd.service.lora import LoraService
+from inferd.service.tabular import PredictResult, TabularService
+from inferd.text.chunking import FixedConfig
+from inferd.types import GenerateRequest, Generation
 
 
-__all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult", "available_backends", "discover_all"]
+class InferenceService:
+    def __init__(self, settings: Settings, registry: Registry, admission: Admission,
+                 problems: list[str] | None = None, metrics: Metrics | None = None):
+        self.settings, self.registry, self.admission = settings, registry, admission
+        self.problems = problems or []
+        self.metrics = metrics or Metrics()
+        self.backends = available_backends()
+        self.started_at = time.time()
+        self.catalog = Catalog(registry)
+        self.lora = LoraService(self.catalog, registry)
+        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics)
+        self.encoders = EncoderService(self.catalog, registry, admission)
+        self.chunking = ChunkingService(self.catalog, admission, self.encoders)
+        self.tabular = TabularService(self.catalog, registry, admission)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "InferenceService":
+        found = discover_all(settings)
+        registry = Registry.build(found.specs, Loaders(runtime_options(settings)), keep_alive=settings.keep_alive,
+                                  max_loaded=settings.max_loaded_models, max_memory=settings.max_memory)
+        admission = Admission(settings.max_concurrent_requests, settings.max_queued_requests,
+                              settings.queue_timeout)
+        return cls(settings, registry, admission, problems=found.problems)
+
+    async def start(self) -> None:
+        self.registry.start()
+
+    async def close(self) -> None:
+        await self.registry.close()
+
+    # ---- catalog ------------------------------------------------------------------------------
+    def models(self, *kinds: ModelKind) -> list[ModelSpec]:
+        return self.catalog.models(*kinds)
+
+    def resolve(self, model: str | None, *kinds: ModelKind, default: str | None = None) -> ModelSpec:
+        return self.catalog.resolve(model, *kinds, default=default)
+
+    def spec_for(self, model: str | None, kind: ModelKind) -> ModelSpec:
+        return self.catalog.resolve(model, kind)
+
+    def loaded(self) -> list[dict[str, Any]]:
+        return self.catalog.loaded()
+
+    def is_loaded(self, name: str) -> bool:
+        return self.catalog.is_loaded(name)
+
+    def model_state(self, spec: ModelSpec) -> dict[str, Any]:
+        """Per-model state for catalogs: LoRA adapter, whether it is loaded and, if so, its
+        estimated resident size (the memory budget's figure)."""
+        entry = self.registry.loaded.get(spec.name)
+        state: dict[str, Any] = {**self.lora.info(spec), "loaded": entry is not None}
+        if entry is not None:
+            state["size_bytes"] = entry.size_bytes
+        return state
+
+    def gauges(self) -> dict[str, float]:
+        gauges: dict[str, float] = {
+            "requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
+            "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
+            "models_served": len(self.registry.specs), "model_loads_total": self.registry.loads,
+            "model_load_failures_total": self.registry.load_failures,
+            "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory}
+        return gauges
+
+    # ---- generation ---------------------------------------------------------------------------
+    def generator_spec(self, model: str | None) -> ModelSpec:
+        return self.generation.spec(model)
+
+    async def open_generation(self, req: GenerateRequest, admit: bool = True) -> GenerationStream:
+        return await self.generation.open(req, admit)
+
+    async def generate(self, req: GenerateRequest, admit: bool = True) -> Generation:
+        return await self.generation.generate(req, admit)
+
+    async def generate_batch(self, reqs: list[GenerateRequest | InferdError]) -> list[Generation | InferdError]:
+        return await self.generation.generate_batch(reqs)
+
+    async def load_generator(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
+        return await self.generation.load(model, keep_alive)
+
+    async def tokenize(self, model: str | None, content: str, add_special: bool = False,
+                       parse_special: bool = True) -> tuple[str, list[int], list[bytes]]:
+        return await self.generation.tokenize(model, content, add_special, parse_special)
+
+    async def detokenize(self, model: str | None, tokens: list[int]) -> tuple[str, str]:
+        return await self.generation.detokenize(model, tokens)
+
+    def stop_generation(self, model: str | None = None) -> int:
+        return self.generation.stop(model)
+
+    # ---- LoRA ---------------------------------------------------------------------------------
+    def lora_info(self, spec: ModelSpec) -> dict[str, Any]:
+        return self.lora.info(spec)
+
+    async def set_lora(self, model: str | None, name: str | None) -> tuple[ModelSpec, str | None]:
+        return await self.lora.set(model, name)
+
+    # ---- encoders, chunking, tabular ----------------------------------------------------------
+    async def embed(self, model: str | None, inputs: Sequence[EmbedInput], **kw: Any) -> EmbedResult:
+        return await self.encoders.embed(model, inputs, **kw)
+
+    async def rerank(self, model: str | None, query: str, documents: Sequence[str],
+                     keep_alive: float | None = None) -> RerankResult:
+        return await self.encoders.rerank(model, query, documents, keep_alive)
+
+    async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
+        return await self.chunking.chunk(text, model, cfg, threshold)
+
+    def predictors(self) -> dict[str, dict[str, Any]]:
+        return self.tabular.predictors()
+
+    def predictor_info(self, spec: ModelSpec) -> dict[str, Any]:
+        return self.tabular.predictor_info(spec)
+
+    async def predict(self, model: str, rows: list[list[float | None]]) -> PredictResult:
+        return await self.tabular.predict(model, rows)
+
+
+__all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult",
+           "available_backends", "discover_all"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
-
-from inferd.errors import Cancelled, InvalidInput, Overloaded
-from inferd.registry.spec import ModelKind
+from inferd.errors import Cancelled, InvalidInput, ModelUnloaded, Overloaded
+from inferd.models import ModelKind
+from inferd.scheduling.admission import Admission
+from inferd.service.core import Catalog
+from inferd.service.encoders import EncoderService
 from inferd.text.cache import TTLCache
 from inferd.text.chunking import Chunk, FixedConfig, count_tokens, fixed_chunks
 
@@ -23,17 +24,22 @@ class ChunkResult:
     cache_hit: bool
 
 
-class ChunkingVerbs:
-    _chunk_cache: TTLCache  # set by InferenceService.__post_init__
-    model_chunks: Any       # EncoderVerbs.model_chunks (service/encoders.py)
+class ChunkingService:
+    """/ai/v1/chunk: the built-in `fixed` chunker, or a model chunker's boundaries (through the
+    encoder service), falling back to fixed chunking when the model fails; results cached."""
+
+    def __init__(self, catalog: Catalog, admission: Admission, encoders: EncoderService,
+                 cache: TTLCache | None = None):
+        self.catalog, self.admission, self.encoders = catalog, admission, encoders
+        self.cache = cache if cache is not None else TTLCache(ttl=120.0, max_items=1024)
 
     async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
-        spec = self.registry.resolve(model or "fixed", [ModelKind.CHUNKER])
+        spec = self.catalog.resolve(model, ModelKind.CHUNKER, default="fixed")
         cfg.check()
         if not (0.0 <= threshold <= 1.0):
             raise InvalidInput("threshold must be between 0 and 1", "config.threshold")
         key = (spec.name, cfg, threshold, text)
-        hit = self._chunk_cache.get(key)
+        hit = self.cache.get(key)
         if hit is not None:
             return ChunkResult(spec.name, hit, count_tokens(text), True)
         async with self.admission.slot():
@@ -41,13 +47,13 @@ class ChunkingVerbs:
                 chunks = await asyncio.to_thread(fixed_chunks, text, cfg)
             else:
                 try:  # a model-based chunker (service/encoders.py); on failure, chunk the fixed way
-                    chunks = await self.model_chunks(spec, text, cfg, threshold)
-                except (Cancelled, Overloaded):
+                    chunks = await self.encoders.model_chunks(spec, text, cfg, threshold)
+                except (Cancelled, Overloaded, ModelUnloaded):
                     raise
                 except Exception as e:
                     log.warning("chunker %s failed (%s); falling back to fixed chunking", spec.name, e)
                     # Reported as "fixed" and not cached, so the model is tried again next time.
                     chunks = await asyncio.to_thread(fixed_chunks, text, cfg)
                     return ChunkResult("fixed", chunks, count_tokens(text), False)
-        self._chunk_cache.put(key, chunks)
+        self.cache.put(key, chunks)
         return ChunkResult(spec.name, chunks, count_tokens(text), False)

@@ -1,87 +1,69 @@
-"""The core of the service: settings, registry, admission, metrics and the model catalog."""
+"""The catalog: the one entry point that turns a served model name into a spec, for every
+route; plus discovery at start-up and the list of installed native backends."""
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.config import Settings
 from inferd.errors import InvalidInput
-from inferd.metrics import Metrics
+from inferd.models import ModelKind, ModelSpec
 from inferd.registry.builtins import builtin_specs
 from inferd.registry.discovery import Discovery, discover
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
-from inferd.runtimes import loader_for
-from inferd.scheduling.admission import Admission
 
 log = logging.getLogger("inferd.service")
 
 
 def available_backends() -> dict[str, bool]:
     """Which native runtimes are installed (checked without importing them)."""
-    has = lambda m: importlib.util.find_spec(m) is not None  # noqa: E731
+    def has(m: str) -> bool:
+        return importlib.util.find_spec(m) is not None
+
     return {"llama_cpp": has("llama_cpp"), "onnx": has("onnxruntime"), "ctranslate2": has("ctranslate2"),
             "native": True, "cuda": False, "metal": False}
 
 
+def _check_predictor(path: Any) -> dict[str, Any]:
+    from inferd.runtimes.tabular import check_file  # numpy only
+
+    return check_file(path)
+
+
 def discover_all(settings: Settings) -> Discovery:
-    found = discover(settings.models_dir, settings.ml_dir, settings.models)
+    found = discover(settings.models_dir, settings.ml_dir, settings.models, check_predictor=_check_predictor)
     found.specs = found.specs + builtin_specs(found.specs, with_providers=settings.builtins)
     return found
 
 
-@dataclass
-class CoreService:
-    """State shared by every verb; the verbs themselves live in mixins (service/__init__.py)."""
+class Catalog:
+    """Served names -> specs, with one rule for every route: an unknown name is a 404, a
+    model of another kind a 400, and an omitted name means the only model of that kind."""
 
-    settings: Settings
-    registry: Registry
-    admission: Admission
-    problems: list[str] = field(default_factory=list)
-    metrics: Metrics = field(default_factory=Metrics)
-    backends: dict[str, bool] = field(default_factory=available_backends)
-    started_at: float = field(default_factory=time.time)
+    def __init__(self, registry: Registry):
+        self.registry = registry
 
-    def __post_init__(self) -> None:
-        """Mixins set up their own state in InferenceService.__post_init__."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings):
-        found = discover_all(settings)
-        registry = Registry.build(found.specs, loader_for, keep_alive=settings.keep_alive,
-                                  max_loaded=settings.max_loaded_models)
-        admission = Admission(settings.max_concurrent_requests, settings.max_queued_requests,
-                              settings.queue_timeout)
-        return cls(settings=settings, registry=registry, admission=admission, problems=found.problems)
-
-    async def start(self) -> None:
-        self.registry.start()
-
-    async def close(self) -> None:
-        await self.registry.close()
-
-    # ---- catalog ------------------------------------------------------------------------------
     def models(self, *kinds: ModelKind) -> list[ModelSpec]:
         return self.registry.of_kind(*kinds) if kinds else list(self.registry.specs.values())
 
-    def spec_for(self, model: str | None, kind: ModelKind) -> ModelSpec:
-        """The served `model` of `kind`. An omitted model means the only one of its kind (the
-        openai-server seed serves one model and ignores `model`); with several it must be named."""
+    def resolve(self, model: str | None, *kinds: ModelKind, default: str | None = None) -> ModelSpec:
+        """The served `model`, of one of `kinds` (any kind when none is given). An omitted
+        model is `default` when given, else the only model of the kind (the openai-server
+        seed serves one model and ignores `model`); with several it must be named."""
+        if not model and default is not None:
+            model = default
         if not model:
-            found = self.registry.of_kind(kind)
+            found = self.registry.of_kind(*kinds) if len(kinds) == 1 else []
             if len(found) == 1:
                 return found[0]
-            raise InvalidInput(f"'model' is required ({len(found)} {kind.plural} are served)", "model")
-        return self.registry.resolve(model, [kind])
+            what = kinds[0].plural if len(kinds) == 1 else "models"
+            raise InvalidInput(f"'model' is required ({len(found)} {what} are served)", "model")
+        return self.registry.resolve(model, kinds or None)
+
+    def is_loaded(self, name: str) -> bool:
+        return name in self.registry.loaded
 
     def loaded(self) -> list[dict[str, Any]]:
         return self.registry.ps()
-
-    def gauges(self) -> dict[str, float]:
-        return {"requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
-                "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
-                "models_served": len(self.registry.specs)}

@@ -15,8 +15,12 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InferdError, InvalidInput, ModelNotSupported
-from inferd.registry.spec import ModelKind, ModelSpec
-from inferd.runtimes.onnx.pooling import truncate_dims
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.registry import Registry
+from inferd.runtimes.common.pooling import truncate_dims
+from inferd.scheduling.admission import Admission
+from inferd.service.core import Catalog
+from inferd.service.handles import EmbedderRuntime, EncoderHandle
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
 # Text, token ids, or an item a face already found unservable (its error: fails the request
@@ -47,14 +51,19 @@ class RerankResult:
     prompt_tokens: int
 
 
-class EncoderVerbs:
+class EncoderService:
+    """Embeddings, rerank and model-based chunk boundaries on the encoders' dynamic batchers."""
+
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission):
+        self.catalog, self.registry, self.admission = catalog, registry, admission
+
     async def embed(self, model: str | None, inputs: Sequence[EmbedInput], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
                     keep_alive: float | None = None) -> EmbedResult:
         """Embeddings for `inputs`. With per_item, a bad input (empty, too long without
         truncation, bad token ids, failed batch) becomes that item's error; otherwise the first
         one fails the request."""
-        spec = self.spec_for(model, ModelKind.EMBEDDER)  # type: ignore[attr-defined]
+        spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
         if dimensions is not None and dimensions < 1:
@@ -63,10 +72,11 @@ class EncoderVerbs:
             for x in inputs:
                 if isinstance(x, InferdError):
                     raise x
-        async with self.admission.slot():  # type: ignore[attr-defined]
+        async with self.admission.slot():
             t0 = time.perf_counter()
-            async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as rt:  # type: ignore[attr-defined]
+            async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as handle:
                 load_seconds = time.perf_counter() - t0
+                rt: EmbedderRuntime = handle.encoder
                 if dimensions is not None:
                     if rt.sparse:
                         raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
@@ -84,7 +94,7 @@ class EncoderVerbs:
                         if isinstance(x, InferdError):
                             raise x
                 ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
-                outs = await rt.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
+                outs = await handle.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
         items: list[Any] = list(prepared)
         tokens = 0
         for i, out in zip(ok, outs):
@@ -102,16 +112,16 @@ class EncoderVerbs:
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
                      keep_alive: float | None = None) -> RerankResult:
         """Relevance of each document to `query`, in input order (higher is more relevant)."""
-        spec = self.spec_for(model, ModelKind.RERANKER)  # type: ignore[attr-defined]
+        spec = self.catalog.resolve(model, ModelKind.RERANKER)
         if not query.strip():
             raise InvalidInput("'query' must not be empty", "query")
         if not documents:
             return RerankResult(spec.name, [], 0)
-        async with self.admission.slot():  # type: ignore[attr-defined]
-            async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as rt:  # type: ignore[attr-defined]
-                encs = await asyncio.to_thread(rt.prepare, query, list(documents))
-                outs = await rt.batcher.submit(encs, [len(e) for e in encs])
-                scores = rt.combine(outs, len(documents))
+        async with self.admission.slot():
+            async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as handle:
+                encs = await asyncio.to_thread(handle.encoder.prepare, query, list(documents))
+                outs = await handle.batcher.submit(encs, [len(e) for e in encs])
+                scores = handle.encoder.combine(outs, len(documents))
         return RerankResult(spec.name, scores, sum(len(e) for e in encs))
 
     async def model_chunks(self, spec: ModelSpec, text: str, cfg: FixedConfig, threshold: float) -> list[Chunk]:
@@ -119,14 +129,15 @@ class EncoderVerbs:
         probability exceeds `threshold`; pieces over target_tokens are split the fixed way."""
         if spec.format == "builtin":
             raise ModelNotSupported(f"'{spec.name}' is not a model-based chunker")
-        async with self.registry.use(spec.name, [ModelKind.CHUNKER]) as rt:  # type: ignore[attr-defined]
-            windows = await asyncio.to_thread(rt.windows, text)
-            probs = await rt.batcher.submit([w.enc for w in windows], [len(w.enc) for w in windows])
+        async with self.registry.use(spec.name, [ModelKind.CHUNKER]) as handle:
+            assert isinstance(handle, EncoderHandle)
+            windows = await asyncio.to_thread(handle.encoder.windows, text)
+            probs = await handle.batcher.submit([w.enc for w in windows], [len(w.enc) for w in windows])
         ends = [w.offsets[j][1] for w, p in zip(windows, probs) for j in np.flatnonzero(p > threshold)]
         return await asyncio.to_thread(chunks_from_boundaries, text, ends, cfg)
 
 
-def _prepare(rt: Any, inputs: Sequence[EmbedInput], task: str | None, truncate: bool) -> list[Any]:
+def _prepare(rt: EmbedderRuntime, inputs: Sequence[EmbedInput], task: str | None, truncate: bool) -> list[Any]:
     """Tokenize every input (on a worker thread). Bad inputs become InvalidInput in place."""
     out: list[Any] = [None] * len(inputs)
     texts = [(i, x) for i, x in enumerate(inputs) if isinstance(x, str)]

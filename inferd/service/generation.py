@@ -19,10 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.chat.templates import render_chat
-from inferd.service.chat import ChatOutput, plan_request
 from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.metrics import Metrics
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.registry import Registry
+from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
+from inferd.service.chat import ChatOutput, plan_request
+from inferd.service.core import Catalog
+from inferd.service.handles import GeneratorHandle, GeneratorRuntime
+from inferd.service.limits import check_engine_limits
+from inferd.service.lora import LoraService
 from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
 
 log = logging.getLogger("inferd.generation")
@@ -38,7 +45,7 @@ class Prepared:
     output: ChatOutput | None = None  # chat requests: splits reasoning / answer / tool calls
 
 
-def prepare(rt: Any, req: GenerateRequest) -> Prepared:
+def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
     """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on a thread:
     template rendering and tokenizing a long prompt are CPU work. Chat options (tools,
     structured output, thinking) are planned here, so all their 400s come first too."""
@@ -101,10 +108,10 @@ class GenerationStream:
     layer does, on completion and on disconnect): that cancels an unfinished sequence and
     releases the admission slot and the model."""
 
-    def __init__(self, req: GenerateRequest, spec: ModelSpec, runtime: Any, stack: contextlib.AsyncExitStack,
-                 owner: "GenerationVerbs", load_seconds: float):
+    def __init__(self, req: GenerateRequest, spec: ModelSpec, handle: GeneratorHandle,
+                 stack: contextlib.AsyncExitStack, owner: "GenerationService", load_seconds: float):
         self.id = uuid.uuid4().hex[:24]
-        self.req, self.spec, self.runtime = req, spec, runtime
+        self.req, self.spec, self.handle = req, spec, handle
         self.model = spec.name
         self.created = req.created
         self.load_seconds = load_seconds
@@ -135,68 +142,82 @@ class GenerationStream:
         if d.finish_reason is not None:
             self.finished = True
             if d.usage is not None:  # /metrics inferd_tokens_total
-                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens,  # type: ignore[attr-defined]
-                                               d.usage.completion_tokens)
+                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens, d.usage.completion_tokens)
         if self.output is not None:
             self.output.apply(d)
         return d
 
     def cancel(self) -> None:
         if self.job is not None and not self.finished:
-            self.runtime.engine.cancel(self.job)
+            self.handle.engine.cancel(self.job)
 
     async def aclose(self) -> None:
         if self.closed:
             return
         self.closed = True
         self.cancel()
-        self._owner._streams.discard(self)
+        self._owner.streams.discard(self)
         await self._stack.aclose()
 
 
-class GenerationVerbs:
-    _streams: set[GenerationStream]  # set by InferenceService.__post_init__; /stop cancels them
+class GenerationService:
+    """Chat and completion on the generators' engines. Dependencies are explicit: the
+    catalog resolves names, the registry holds loaded handles, admission bounds the work,
+    LoRA choices are re-applied to reloaded models, metrics count tokens."""
 
-    def generator_spec(self, model: str | None) -> ModelSpec:
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, lora: LoraService,
+                 metrics: Metrics):
+        self.catalog, self.registry, self.admission, self.lora, self.metrics = (
+            catalog, registry, admission, lora, metrics)
+        self.streams: set[GenerationStream] = set()  # running generations, for /stop
+
+    def spec(self, model: str | None) -> ModelSpec:
         """An omitted model means the only generator; with several it must be named."""
-        return self.spec_for(model, ModelKind.GENERATOR)  # type: ignore[attr-defined]
+        return self.catalog.resolve(model, ModelKind.GENERATOR)
 
-    async def open_generation(self, req: GenerateRequest, admit: bool = True) -> GenerationStream:
+    async def open(self, req: GenerateRequest, admit: bool = True) -> GenerationStream:
         """Start a generation; every request error is raised here, before a stream exists."""
         arrived = time.perf_counter()
-        spec = self.generator_spec(req.model)
+        check_engine_limits(req)
+        spec = self.spec(req.model)
         req.model = spec.name
         stack = contextlib.AsyncExitStack()
         try:
             if admit:
-                await stack.enter_async_context(self.admission.slot())  # type: ignore[attr-defined]
+                await stack.enter_async_context(self.admission.slot())
             t0 = time.perf_counter()
-            rt = await stack.enter_async_context(
-                self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))  # type: ignore[attr-defined]
-            await self.ensure_lora(spec, rt)  # type: ignore[attr-defined]  # a reloaded model gets its adapter back
-            stream = GenerationStream(req, spec, rt, stack, self, time.perf_counter() - t0)
-            p = await asyncio.to_thread(prepare, rt, req)
+            handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
+            assert isinstance(handle, GeneratorHandle)
+            await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
+            stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
+            p = await asyncio.to_thread(prepare, handle.backend, req)
             stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
                              top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
                              sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream)
-            rt.engine.submit(stream.job)
+            try:
+                handle.engine.submit(stream.job)
+            except BaseException:
+                p.sampler.close()
+                raise
         except BaseException:
             await stack.aclose()
             raise
-        self._streams.add(stream)
+        self.streams.add(stream)
         return stream
 
     async def generate(self, req: GenerateRequest, admit: bool = True) -> Generation:
-        stream = await self.open_generation(req, admit)
+        stream = await self.open(req, admit)
         try:
             return await collect(stream)
         finally:
             await stream.aclose()
 
     async def generate_batch(self, reqs: list[GenerateRequest | InferdError]) -> list[Generation | InferdError]:
-        """Many generations under one admission slot; they decode together in each model's
-        engine. An item's failure is its own result; the others go on."""
+        """Many generations; they decode together in each model's engine. Admission counts
+        what the batch really puts on the engines: one slot per item (all granted before any
+        item starts, in one queue position, so batches cannot starve each other). An item's
+        failure is its own result; the others go on."""
 
         async def one(r: GenerateRequest | InferdError) -> Generation | InferdError:
             if isinstance(r, InferdError):
@@ -206,40 +227,43 @@ class GenerationVerbs:
             except InferdError as e:
                 return e
 
-        async with self.admission.slot():  # type: ignore[attr-defined]
+        work = sum(1 for r in reqs if not isinstance(r, InferdError))
+        async with self.admission.slot(weight=max(1, work)):
             return list(await asyncio.gather(*(one(r) for r in reqs)))
 
-    async def load_generator(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
+    async def load(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         """Load (or, with keep_alive 0, unload) a generator without generating: Ollama's
         empty-prompt request."""
-        spec = self.generator_spec(model)
+        spec = self.spec(model)
         if keep_alive == 0:
-            await self.registry.unload(spec.name)  # type: ignore[attr-defined]
+            await self.registry.unload(spec.name)
             return spec
-        async with self.registry.use(spec.name, GEN, keep_alive=keep_alive):  # type: ignore[attr-defined]
+        async with self.registry.use(spec.name, GEN, keep_alive=keep_alive):
             pass
         return spec
 
     async def tokenize(self, model: str | None, content: str, add_special: bool = False,
                        parse_special: bool = True) -> tuple[str, list[int], list[bytes]]:
         """-> (model, token ids, the bytes of each token)."""
-        spec = self.generator_spec(model)
-        async with self.registry.use(spec.name, GEN) as rt:  # type: ignore[attr-defined]
+        spec = self.spec(model)
+        async with self.registry.use(spec.name, GEN) as handle:
+            rt = handle.backend
             ids = await asyncio.to_thread(rt.tokenize, content, add_special, parse_special)
             return spec.name, ids, [rt.token_bytes(t) for t in ids]
 
     async def detokenize(self, model: str | None, tokens: list[int]) -> tuple[str, str]:
-        spec = self.generator_spec(model)
-        async with self.registry.use(spec.name, GEN) as rt:  # type: ignore[attr-defined]
+        spec = self.spec(model)
+        async with self.registry.use(spec.name, GEN) as handle:
+            rt = handle.backend
             rt.check_tokens(tokens, "tokens")
             return spec.name, await asyncio.to_thread(rt.detokenize, tokens)
 
-    def stop_generation(self, model: str | None = None) -> int:
+    def stop(self, model: str | None = None) -> int:
         """Cancel the active streams of `model` (or of every model). Non-streamed requests
         are left to finish, as in GenAIServer. Returns how many were cancelled."""
         if model:
-            self.registry.resolve(model, GEN)  # type: ignore[attr-defined]
-        hit = [s for s in self._streams if s.req.stream and not s.finished and (not model or s.model == model)]
+            self.catalog.resolve(model, ModelKind.GENERATOR)
+        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.model == model)]
         for s in hit:
             s.cancel()
         return len(hit)
@@ -270,4 +294,4 @@ async def collect(stream: GenerationStream) -> Generation:
                       logprobs=logprobs if stream.req.sampling.logprobs else None, created=stream.created)
 
 
-__all__ = ["GenerationVerbs", "GenerationStream", "collect", "prepare"]
+__all__ = ["GenerationService", "GenerationStream", "collect", "prepare"]

@@ -5,12 +5,14 @@ folder per adapter, `loras/<adapter>/<file>.gguf`. An adapter is named by that s
 file or folder name; a name that is a path, or holds '..', is a 400; one that does not
 exist is a 404.
 
-The choice is the service's, per model (`_lora`): it is applied to the loaded runtime
-at once (the runtime waits for the requests already submitted to that model, and holds
-later ones until the switch is done; other models are untouched), and again to a fresh
-runtime if the model is unloaded and loaded later (`ensure_lora`, on each request: a dict
-lookup when nothing changed). A lock per model orders switches, so the last one asked
-for is the one in force."""
+The choice is the service's, per model (`chosen`): it is applied to the loaded handle at
+once (the engine waits for the requests already submitted to that model, and holds later
+ones until the switch is done; other models are untouched), and again to a fresh handle
+if the model is unloaded and loaded later (`ensure`, on each request: a comparison when
+nothing changed). The choice is recorded before the switch and the switch itself is
+shielded and recorded by the worker that applies it (GeneratorHandle.set_lora), so a
+requester cancelled mid-switch cannot leave the weights and the reported name apart. A
+lock per model orders switches, so the last one asked for is the one in force."""
 
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import InvalidInput, ModelLoadFailed, NotFound
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.registry import Registry
+from inferd.service.core import Catalog
+from inferd.service.handles import GeneratorHandle
 
 GEN = [ModelKind.GENERATOR]
 
@@ -53,24 +58,26 @@ def check_adapter_name(name: Any) -> str:
     return name
 
 
-class LoraVerbs:
-    _lora: dict[str, str | None]  # model -> chosen adapter (set by InferenceService.__post_init__)
-    _lora_locks: dict[str, asyncio.Lock]
+class LoraService:
+    def __init__(self, catalog: Catalog, registry: Registry):
+        self.catalog, self.registry = catalog, registry
+        self.chosen: dict[str, str | None] = {}  # model -> chosen adapter (None: base weights)
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def _lock(self, model: str) -> asyncio.Lock:
-        return self._lora_locks.setdefault(model, asyncio.Lock())
+        return self._locks.setdefault(model, asyncio.Lock())
 
-    def lora_info(self, spec: ModelSpec) -> dict[str, Any]:
+    def info(self, spec: ModelSpec) -> dict[str, Any]:
         """Catalog fields of a generator: the active adapter (None: base weights) and the
         adapters it offers. Empty for other kinds."""
         if spec.kind is not ModelKind.GENERATOR:
             return {}
-        return {"lora": self._lora.get(spec.name), "loras": sorted(adapter_names(spec))}
+        return {"lora": self.chosen.get(spec.name), "loras": sorted(adapter_names(spec))}
 
-    async def set_lora(self, model: str | None, name: str | None) -> tuple[ModelSpec, str | None]:
+    async def set(self, model: str | None, name: str | None) -> tuple[ModelSpec, str | None]:
         """Activate adapter `name` of generator `model` (None: base weights); returns once
         it is in force. -> (spec, previous adapter)."""
-        spec = self.generator_spec(model)  # type: ignore[attr-defined]
+        spec = self.catalog.resolve(model, ModelKind.GENERATOR)
         path = None
         if name is not None:
             name = check_adapter_name(name)
@@ -80,27 +87,26 @@ class LoraVerbs:
                 have = ", ".join(sorted(offered)) or "none (no loras/ folder)"
                 raise NotFound(f"model '{spec.name}' has no LoRA adapter {name!r} (adapters: {have})")
         async with self._lock(spec.name):
-            previous = self._lora.get(spec.name)
-            async with self.registry.use(spec.name, GEN) as rt:  # type: ignore[attr-defined]
-                if not hasattr(rt, "set_lora"):
+            previous = self.chosen.get(spec.name)
+            async with self.registry.use(spec.name, GEN) as handle:
+                if not isinstance(handle, GeneratorHandle):
                     raise InvalidInput(f"model '{spec.name}' does not support LoRA adapters", "model")
-                await rt.set_lora(name, path)
-            self._lora[spec.name] = name
+                self.chosen[spec.name] = name
+                await handle.set_lora(name, path)
         return spec, previous
 
-    async def ensure_lora(self, spec: ModelSpec, rt: Any) -> None:
-        """Bring a (re)loaded runtime to the adapter chosen for its model."""
-        want = self._lora.get(spec.name)
-        if getattr(rt, "lora", None) == want:
+    async def ensure(self, spec: ModelSpec, handle: GeneratorHandle) -> None:
+        """Bring a (re)loaded handle to the adapter chosen for its model."""
+        if handle.lora == self.chosen.get(spec.name):
             return
         async with self._lock(spec.name):
-            want = self._lora.get(spec.name)
-            if rt.lora != want:
+            want = self.chosen.get(spec.name)
+            if handle.lora != want:
                 path = adapter_names(spec).get(want) if want else None
                 if want and path is None:
                     raise ModelLoadFailed(f"LoRA adapter {want!r} of model '{spec.name}' is no longer in its "
                                           "loras/ folder; choose another with /set_lora or /unset_lora")
-                await rt.set_lora(want, path)
+                await handle.set_lora(want, path)
 
 
-__all__ = ["LoraVerbs", "adapter_names", "check_adapter_name"]
+__all__ = ["LoraService", "adapter_names", "check_adapter_name"]

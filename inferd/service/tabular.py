@@ -13,7 +13,11 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidInput, PayloadTooLarge
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.registry import Registry
+from inferd.scheduling.admission import Admission
+from inferd.service.core import Catalog
+from inferd.service.handles import PredictorHandle, PredictorRuntime
 
 MAX_ROWS = 10_000
 
@@ -25,8 +29,10 @@ class PredictResult:
     predictions: list[list[float]]
 
 
-class TabularVerbs:
-    _predictor_info: dict[str, dict[str, Any]]  # set by InferenceService.__post_init__
+class TabularService:
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission):
+        self.catalog, self.registry, self.admission = catalog, registry, admission
+        self._predictor_info: dict[str, dict[str, Any]] = {}  # entries not checked at discovery
 
     def predictor_info(self, spec: ModelSpec) -> dict[str, Any]:
         """Catalog entry of one predictor: from discovery's check, else read once from its file.
@@ -40,22 +46,23 @@ class TabularVerbs:
             except IRError as e:
                 info = {"error": str(e)}
             self._predictor_info[spec.name] = info
-        loaded = spec.name in self.registry.loaded
+        loaded = self.catalog.is_loaded(spec.name)
         return {**info, "format": spec.format, "source": spec.source, "loaded": loaded}
 
     def predictors(self) -> dict[str, dict[str, Any]]:
-        return {s.name: self.predictor_info(s) for s in self.models(ModelKind.PREDICTOR)}
+        return {s.name: self.predictor_info(s) for s in self.catalog.models(ModelKind.PREDICTOR)}
 
     async def predict(self, model: str, rows: list[list[float | None]]) -> PredictResult:
-        spec = self.registry.resolve(model, [ModelKind.PREDICTOR])
+        spec = self.catalog.resolve(model, ModelKind.PREDICTOR)
         if len(rows) > MAX_ROWS:
             raise PayloadTooLarge(f"'input' has {len(rows)} rows; at most {MAX_ROWS} per request")
         async with self.admission.slot():
-            async with self.registry.use(spec.name, [ModelKind.PREDICTOR]) as predictor:
-                return await asyncio.to_thread(_run, predictor, rows)
+            async with self.registry.use(spec.name, [ModelKind.PREDICTOR]) as handle:
+                assert isinstance(handle, PredictorHandle)
+                return await asyncio.to_thread(_run, handle.predictor, rows)
 
 
-def _run(predictor, rows) -> PredictResult:
+def _run(predictor: PredictorRuntime, rows: list[list[float | None]]) -> PredictResult:
     from inferd.runtimes.tabular import to_matrix
 
     x = to_matrix(rows, predictor.num_features)
@@ -63,4 +70,4 @@ def _run(predictor, rows) -> PredictResult:
     if not np.isfinite(y).all():  # e.g. an `exp` output overflowing: JSON cannot carry it
         row = int(np.argwhere(~np.isfinite(y))[0][0])
         raise InvalidInput(f"the prediction for input[{row}] is not a finite number (overflow)", f"input[{row}]")
-    return PredictResult(model=predictor.name, task=predictor.model.metadata.task, predictions=y.tolist())
+    return PredictResult(model=predictor.name, task=predictor.task, predictions=y.tolist())

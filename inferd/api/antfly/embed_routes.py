@@ -33,7 +33,7 @@ async def rerank(req: RerankRequest, request: Request, svc: InferenceService = D
 @router.post("/rerank_multimodal")
 async def rerank_multimodal(req: MultimodalRerankRequest, request: Request,
                             svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    svc.spec_for(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
+    svc.resolve(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
     texts = convert.multimodal_texts(req.documents)
     r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, texts))
     return JSONResponse(convert.rerank_response(r))

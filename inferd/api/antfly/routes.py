@@ -15,7 +15,7 @@ router = APIRouter()
 @router.get("/ai/v1/models")
 async def models(svc: InferenceService = Depends(get_service)) -> dict:
     return convert.models(svc.models(), svc.backends, int(svc.started_at), allow_downloads=False,
-                          extras=svc.lora_info)
+                          extras=svc.model_state)
 
 
 @router.post("/ai/v1/chunk")

@@ -74,7 +74,8 @@ def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
         if spec.kind not in OLLAMA_KINDS:
             continue
         exp = e["expires_at"]
-        out.append({"name": spec.name, "model": spec.name, "size": spec.size_bytes, "digest": digest(spec),
+        size = e.get("size_bytes") or spec.size_bytes  # estimated resident size: weights + KV cache
+        out.append({"name": spec.name, "model": spec.name, "size": size, "digest": digest(spec),
                     "details": details(spec), "size_vram": 0,
                     # Ollama reports a far-future time for models kept forever; a keep_alive
                     # that ends later than that (1e300 s) is forever too, and beyond datetime's range.

@@ -31,7 +31,7 @@ async def embed(req: EmbedRequest, request: Request, svc: InferenceService = Dep
 async def embeddings(req: LegacyEmbeddingsRequest, request: Request,
                      svc: InferenceService = Depends(get_service)) -> JSONResponse:
     if not req.prompt:  # Ollama answers an empty prompt with an empty vector
-        svc.registry.resolve(req.model, [ModelKind.EMBEDDER])
+        svc.resolve(req.model, ModelKind.EMBEDDER)
         return JSONResponse({"embedding": []})
     r = await cancel_on_disconnect(request, svc.embed(req.model, [req.prompt], keep_alive=keep_alive(req.keep_alive)))
     return JSONResponse(convert.legacy_response(r))

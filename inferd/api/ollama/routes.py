@@ -30,5 +30,5 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.registry.resolve(req.model or req.name, convert.OLLAMA_KINDS)
+    spec = svc.resolve(req.model or req.name, *convert.OLLAMA_KINDS)
     return convert.show(spec, svc.started_at)

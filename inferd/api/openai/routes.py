@@ -19,5 +19,5 @@ async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.registry.resolve(model_id, convert.OPENAI_KINDS)
+    spec = svc.resolve(model_id, *convert.OPENAI_KINDS)
     return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))

@@ -1,25 +1,22 @@
-"""LlamaGenerator: one loaded GGUF generator = model + multi-sequence context + the
-continuous-batching engine that owns them on its worker thread.
+"""LlamaGenerator: one loaded GGUF generator = model + multi-sequence context.
 
-The service talks to it through a small surface: tokenize / detokenize, `chat_template`,
-`make_sampler`, `engine` (submit jobs), `set_lora`, `close`. It is also the engine's Backend
-(decode, sample, KV-cache edits), whose methods only the worker thread calls."""
+A leaf: it satisfies the generation engine's Backend Protocol structurally (decode, sample,
+KV-cache edits; only the engine's worker thread calls those, and `warm_up` / `set_adapter`)
+and offers the service tokenize / detokenize, `chat_template`, `make_sampler`. The
+composition root (inferd/service/loading.py) wraps it in a GenerationEngine."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from inferd.errors import InvalidInput, ModelLoadFailed
-from inferd.registry.discovery import model_ggufs
-from inferd.registry.spec import ModelSpec
+from inferd.models import ModelSpec, model_ggufs
 from inferd.runtimes.llama_cpp.context import ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
-from inferd.scheduling.generation import GenerationEngine
+from inferd.runtimes.options import RuntimeOptions
 from inferd.types import SamplingParams, TokenLogprob
 
 log = logging.getLogger("inferd.llama")
@@ -29,16 +26,10 @@ DEFAULT_BATCH = 512      # tokens per decode step (next tokens + prefill chunks)
 
 
 def resolve_gguf(spec: ModelSpec) -> Path:
-    """The weights file of a generator spec: a .gguf file, the first weights file of a folder,
-    or (built-ins) a file materialized on first load by the manifest's `materialize` hook."""
+    """The weights file of a generator spec: a .gguf file, or the first weights file of a
+    folder (the first shard of a split model)."""
     if spec.path is None:
-        hook = spec.manifest.get("materialize")
-        if not hook:
-            raise ModelLoadFailed(f"model '{spec.name}' has no file")
-        import importlib
-
-        module, _, fn = str(hook).partition(":")
-        return Path(getattr(importlib.import_module(module), fn)())
+        raise ModelLoadFailed(f"model '{spec.name}' has no file")
     path = Path(spec.path)
     if path.is_dir():
         files = [p for p in model_ggufs(path) if "-of-" not in p.stem or "-00001-of-" in p.stem]
@@ -52,6 +43,7 @@ class LlamaGenerator:
     def __init__(self, spec: ModelSpec, n_seq: int = 4, n_threads: int | None = None,
                  n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH):
         self.spec, self.name = spec, spec.name
+        self.size_bytes = 0  # weights + KV cache, estimated below (the registry's memory budget)
         self.model = LlamaModel(resolve_gguf(spec))
         try:
             asked = n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length")
@@ -73,20 +65,14 @@ class LlamaGenerator:
         self.chat_template = self._template()
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
-        self.lora: str | None = None  # the active adapter's name
-        self.engine = GenerationEngine(self, name=spec.name)
-        try:
-            # On the worker thread, like every decode of this context: llama.cpp's OpenMP
-            # builds a thread team per calling thread, and a second team (here, the loader's)
-            # slowed every later decode by about a third on 2 cores.
-            self.engine.call_when_idle(self._warm_up).result()
-        except BaseException:
-            self.close()
-            raise
+        self.size_bytes = estimate_bytes(self.model, n_seq * self.n_ctx_seq)
 
-    def _warm_up(self) -> None:
+    def warm_up(self) -> None:
         """One tiny decode at load: llama.cpp sizes its compute buffers on the first call,
-        which would otherwise land on the first request's time to first token."""
+        which would otherwise land on the first request's time to first token. Called on the
+        engine's worker thread, like every decode of this context: llama.cpp's OpenMP builds a
+        thread team per calling thread, and a second team (the loader's) slowed every later
+        decode by about a third on 2 cores."""
         tok = self.model.bos if self.model.bos >= 0 else 0
         try:
             self.ctx.decode([(0, [tok], 0, True)])
@@ -100,7 +86,8 @@ class LlamaGenerator:
                 or builtin_template(self.model.architecture))
 
     def close(self) -> None:
-        self.engine.close()
+        """Free the native context and weights. Only once the engine's worker has stopped:
+        the composition root's handle guarantees that."""
         self.ctx.close()
         self.model.close()
 
@@ -130,13 +117,10 @@ class LlamaGenerator:
     def make_sampler(self, params: SamplingParams) -> Sampler:
         return Sampler(self.model, params)
 
-    async def set_lora(self, name: str | None, path: Path | None = None, scale: float = 1.0) -> None:
-        """Switch to adapter `name` at `path` (None: base weights) once the model's active
-        sequences have finished; new ones wait meanwhile. The prompt cache is dropped: it
-        was computed with the other weights."""
-        fut = self.engine.call_when_idle(lambda: self.ctx.set_adapter(str(path) if path else None, scale))
-        await asyncio.wrap_future(fut)
-        self.lora = name if path else None
+    def set_adapter(self, path: Path | None, scale: float = 1.0) -> None:
+        """Apply the LoRA adapter at `path` (None: base weights). Worker thread only, when no
+        sequence runs (the engine's call_when_idle); the KV cache is then stale and dropped."""
+        self.ctx.set_adapter(str(path) if path else None, scale)
 
     # ---- Backend (worker thread only) -------------------------------------------------------
     def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]:
@@ -164,11 +148,18 @@ class LlamaGenerator:
         self.ctx.clear()
 
 
-def load_generator(spec: ModelSpec, settings: Any = None) -> LlamaGenerator:
-    """LOADERS entry for (GENERATOR, "gguf"). `--parallel` slots, `--threads` CPU threads."""
-    n_seq = int(spec.manifest.get("parallel") or getattr(settings, "parallel", 4) or 4)
-    threads = getattr(settings, "n_threads", None) if settings is not None else None
+def estimate_bytes(model: LlamaModel, kv_tokens: int) -> int:
+    """Resident size: the weights file plus an f16 KV cache (K and V, every layer) for every
+    slot, plus ~10% for compute buffers. An estimate for the memory budget, not a measurement."""
+    weights = model.path.stat().st_size if model.path.is_file() else 0
+    kv = 2 * 2 * kv_tokens * max(1, model.n_layer) * max(1, model.n_embd_kv)
+    return int((weights + kv) * 1.1)
+
+
+def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> LlamaGenerator:
+    """(GENERATOR, "gguf"): `--parallel` slots (or the manifest's), `--threads` CPU threads."""
+    n_seq = int(spec.manifest.get("parallel") or opts.parallel)
     try:
-        return LlamaGenerator(spec, n_seq=n_seq, n_threads=threads)
+        return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch)
     except InvalidInput as e:
         raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e

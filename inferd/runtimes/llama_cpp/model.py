@@ -60,6 +60,10 @@ class LlamaModel:
         self.bos = L.llama_vocab_bos(self.vocab)
         self.eos = L.llama_vocab_eos(self.vocab)
         self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
+        # For the KV-cache size estimate: K and V hold n_head_kv * head_dim values per layer.
+        self.n_layer = int(L.llama_model_n_layer(model))
+        n_head = max(1, int(L.llama_model_n_head(model)))
+        self.n_embd_kv = int(L.llama_model_n_embd(model)) * int(L.llama_model_n_head_kv(model)) // n_head
         self._piece_cache: dict[int, bytes] = {}
 
     def close(self) -> None:

@@ -1,8 +1,8 @@
 """ONNX encoders on onnxruntime + tokenizers: embedders (dense, sparse), rerankers
 (cross-encoder, late interaction) and token-classifier chunkers.
 
-Loaders are registered in inferd/runtimes/__init__.py LOADERS. Each returns a runtime with
-a dynamic batcher attached (inferd/scheduling/batcher.py) that owns the model's worker thread.
+Each load_* function builds a bare encoder from a spec and RuntimeOptions; the composition
+root (inferd/service/loading.py) wraps it in a dynamic batcher that owns its worker thread.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import ModelLoadFailed
-from inferd.registry.spec import ModelSpec
+from inferd.models import ModelSpec
+from inferd.runtimes.options import RuntimeOptions
 
 if TYPE_CHECKING:
     from inferd.runtimes.onnx.encoders import Embedder, OnnxEncoder, TokenClassifier
@@ -23,14 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("inferd.runtimes.onnx")
 
 SPARSE_LOGITS_BUDGET = 256 * 2**20  # bytes of [tokens, vocab] logits one sparse batch may make
-
-
-def _opt(settings: Any, name: str, default: Any) -> Any:
-    return getattr(settings, name, default) if settings is not None else default
-
-
-def _threads(settings: Any) -> int | None:
-    return _opt(settings, "threads", None) or (settings.n_threads if settings is not None else None)
 
 
 def _graph(files: "ModelFiles", sparse: bool, mlm_head: bool = False) -> Any:
@@ -48,45 +41,41 @@ def _graph(files: "ModelFiles", sparse: bool, mlm_head: bool = False) -> Any:
     return files.graph
 
 
-def _build(cls: type["OnnxEncoder"], spec: ModelSpec, settings: Any, sparse: bool = False) -> "OnnxEncoder":
+def _build(cls: type["OnnxEncoder"], spec: ModelSpec, opts: RuntimeOptions, sparse: bool = False) -> "OnnxEncoder":
     from inferd.runtimes.onnx.encoders import Embedder
     from inferd.runtimes.onnx.files import locate, max_length
     from inferd.runtimes.onnx.session import OnnxSession
     from inferd.runtimes.onnx.tokenize import TextTokenizer
-    from inferd.scheduling.batcher import Batcher
 
-    files = locate(spec, prefer_quantized=_opt(settings, "prefer_quantized", True))
+    files = locate(spec, prefer_quantized=opts.prefer_quantized)
     if files.safetensors is not None and cls is not Embedder:
         raise ModelLoadFailed(f"model '{spec.name}': {cls.__name__} needs an ONNX export (found only safetensors)")
-    session = OnnxSession(_graph(files, sparse), threads=_threads(settings))
+    session = OnnxSession(_graph(files, sparse), threads=opts.threads)
     tokenizer = TextTokenizer(str(files.tokenizer))  # read once; its own limit is one input of max_length
     tokenizer.set_max_length(max_length(files, tokenizer.file_max_length))
     runtime = cls(spec, files, session, tokenizer)
-    budget = int(_opt(settings, "max_batch_tokens", 8192))
-    if sparse:
+    if sparse:  # a sparse batch makes [tokens, vocab] float logits: bound their bytes
         vocab = int(files.config.get("vocab_size") or tokenizer.vocab_size)
-        budget = min(budget, max(64, SPARSE_LOGITS_BUDGET // (4 * vocab)))
-    runtime.batcher = Batcher(runtime.run_batch, max_tokens=budget,
-                              max_items=int(_opt(settings, "max_batch_size", 512)), name=spec.name)
-    log.info("%s %s: %s, max_length %d, batch budget %d tokens", cls.__name__, spec.name,
-             files.graph or files.safetensors, tokenizer.max_length, budget)
+        runtime.max_batch_tokens = max(64, SPARSE_LOGITS_BUDGET // (4 * vocab))
+    log.info("%s %s: %s, max_length %d", cls.__name__, spec.name, files.graph or files.safetensors,
+             tokenizer.max_length)
     return runtime
 
 
-def load_embedder(spec: ModelSpec, settings: Any = None) -> "Embedder":
+def load_embedder(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> "Embedder":
     from inferd.runtimes.onnx.encoders import Embedder
 
-    return _build(Embedder, spec, settings, sparse="sparse" in spec.capabilities)  # type: ignore[return-value]
+    return _build(Embedder, spec, opts, sparse="sparse" in spec.capabilities)  # type: ignore[return-value]
 
 
-def load_reranker(spec: ModelSpec, settings: Any = None) -> "OnnxEncoder":
+def load_reranker(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> "OnnxEncoder":
     from inferd.runtimes.onnx.encoders import CrossEncoder, LateInteraction
 
     late = bool(spec.capabilities & {"late_interaction", "colbert"})
-    return _build(LateInteraction if late else CrossEncoder, spec, settings)
+    return _build(LateInteraction if late else CrossEncoder, spec, opts)
 
 
-def load_chunker(spec: ModelSpec, settings: Any = None) -> "TokenClassifier":
+def load_chunker(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> "TokenClassifier":
     from inferd.runtimes.onnx.encoders import TokenClassifier
 
-    return _build(TokenClassifier, spec, settings)  # type: ignore[return-value]
+    return _build(TokenClassifier, spec, opts)  # type: ignore[return-value]

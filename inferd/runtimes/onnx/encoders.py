@@ -14,24 +14,27 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import ModelLoadFailed
-from inferd.registry.spec import ModelSpec
+from inferd.models import ModelSpec
 from inferd.runtimes.onnx.files import ModelFiles
 from inferd.runtimes.onnx.graphs import SPLADE_OUTPUT
-from inferd.runtimes.onnx.prefixes import prefixes_of, task_prefix
-from inferd.runtimes.onnx.pooling import POOLINGS, l2_normalize, maxsim, pool, top_k_sparse
+from inferd.runtimes.common.prefixes import prefixes_of, task_prefix
+from inferd.runtimes.common.pooling import POOLINGS, l2_normalize, maxsim, pool, top_k_sparse
 from inferd.runtimes.onnx.session import OnnxSession
 from inferd.runtimes.onnx.tokenize import Encoded, TextTokenizer, pad
 
 log = logging.getLogger("inferd.runtimes.onnx")
 
 class OnnxEncoder:
-    """Shared parts: tokenizer, session, batcher (attached by the loader), close()."""
+    """Shared parts: tokenizer, session, close(). `max_batch_tokens` is a cap this model needs
+    on top of the server's batch budget (None: no cap of its own); the composition root wraps
+    the encoder in a dynamic batcher with it (inferd/service/loading.py)."""
+
+    max_batch_tokens: int | None = None
 
     def __init__(self, spec: ModelSpec, files: ModelFiles, session: OnnxSession, tokenizer: TextTokenizer):
         self.spec, self.files, self.session, self.tokenizer = spec, files, session, tokenizer
         self.manifest = files.manifest
         self.max_length = tokenizer.max_length
-        self.batcher: Any = None  # scheduling.batcher.Batcher, set by the loader
         self.graph_path = str(files.graph or files.safetensors)
 
     def forward(self, encs: Sequence[Encoded], output: str) -> tuple[np.ndarray, np.ndarray]:
@@ -39,8 +42,6 @@ class OnnxEncoder:
         return self.session.run(ids, mask, types, [output])[output], mask
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
         self.session = None  # type: ignore[assignment]  # frees the onnxruntime session
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import ModelLoadFailed
-from inferd.registry.discovery import onnx_files
-from inferd.registry.spec import ModelSpec
+from inferd.models import onnx_files
+from inferd.models import ModelSpec
 
 _QUANTIZED = re.compile(r"(quantized|int8|[-_]i8|[-_]q8|qint8|uint8)", re.IGNORECASE)
 # Exports that are not the encoder itself (decoder halves of seq2seq models and the like).

@@ -117,7 +117,7 @@ def bert_from_safetensors(path: Path, config: dict[str, Any], mlm_head: bool, sp
     heads = lambda t: g.op("Transpose", [g.op("Reshape", [t, i64(0, 0, H, E // H)])], perm=[0, 2, 1, 3])  # noqa: E731
     for i in range(L):
         p = f"encoder.layer.{i}."
-        lin = lambda x_, n: g.linear(x_, get(p + n + ".weight"), get(p + n + ".bias"))  # noqa: E731
+        lin = lambda x_, n, p=p: g.linear(x_, get(p + n + ".weight"), get(p + n + ".bias"))  # noqa: E731
         q, k, v = (heads(lin(x, f"attention.self.{n}")) for n in ("query", "key", "value"))
         s = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]),
                          g.const(np.float32(1.0 / math.sqrt(E // H)))])

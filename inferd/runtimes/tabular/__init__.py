@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from inferd.registry.discovery import TABULAR_FILE
-from inferd.registry.spec import ModelSpec
+from inferd.models import ModelSpec, tabular_file
+from inferd.runtimes.options import RuntimeOptions
 from inferd.runtimes.tabular.evaluate import predict, to_matrix
 from inferd.runtimes.tabular.trees import set_threads
 from inferd.runtimes.tabular.ir import IRError, TabularModel, check_file, load_file, parse, summary
@@ -23,7 +22,7 @@ __all__ = ["IRError", "TabularModel", "TabularPredictor", "check_file", "load", 
 
 def model_file(path: Path) -> Path:
     """The tabular_model.json of a predictor folder (or the file itself)."""
-    return path / TABULAR_FILE if path.is_dir() else path
+    return tabular_file(path)
 
 
 @dataclass
@@ -32,20 +31,24 @@ class TabularPredictor:
 
     name: str
     model: TabularModel
+    size_bytes: int = 0
 
     @property
     def num_features(self) -> int:
         return self.model.metadata.num_features
 
+    @property
+    def task(self) -> str:
+        return self.model.metadata.task
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         return predict(self.model, x)
 
 
-def load(spec: ModelSpec, settings: Any = None) -> TabularPredictor:
-    """Registry loader for (PREDICTOR, "tabular"). Raises IRError (a ValueError) if invalid."""
-    if settings is not None and getattr(settings, "threads", None):
-        set_threads(settings.threads)
+def load(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> TabularPredictor:
+    """(PREDICTOR, "tabular"). Raises IRError (a ValueError) if invalid."""
+    set_threads(opts.threads)
     if spec.path is None:
         raise IRError(f"predictor {spec.name!r} has no file")
     model = load_file(model_file(spec.path))
-    return TabularPredictor(name=spec.name, model=model)
+    return TabularPredictor(name=spec.name, model=model, size_bytes=model_file(spec.path).stat().st_size)

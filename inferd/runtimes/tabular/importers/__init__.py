@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.runtimes.tabular.importers.common import UnsupportedModel
-from inferd.registry.discovery import TABULAR_FILE
+from inferd.models import TABULAR_FILE
 from inferd.runtimes.tabular.ir import parse
 
 PICKLE_SUFFIXES = {".pkl", ".pickle", ".joblib", ".jl", ".sav"}
@@ -83,7 +83,7 @@ def import_file(path: Path, name: str) -> dict[str, Any]:
 
 def write_predictor(doc: dict[str, Any], ml_dir: Path, name: str, force: bool = False) -> Path:
     """Validate `doc` and write <ml_dir>/<name>/tabular_model.json. Returns the file path."""
-    from inferd.registry.discovery import PREDICTOR_NAME
+    from inferd.models import PREDICTOR_NAME
 
     if not PREDICTOR_NAME.match(name):
         raise ValueError(f"invalid predictor name {name!r}: use [A-Za-z0-9_-], at most 128 characters")

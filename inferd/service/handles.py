@@ -1,0 +1,151 @@
+"""What the registry holds for a loaded model: a typed handle = the leaf runtime plus the
+scheduler that owns its worker thread. Built by the composition root (loading.py), never by a
+runtime. Runtimes satisfy the Protocols below structurally; they import nothing from here.
+
+Every handle has `size_bytes` (estimated resident size, for the memory budget) and
+`close()`, which stops the scheduler before any native state is freed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from inferd.scheduling.batcher import Batcher
+from inferd.scheduling.generation import Backend, GenerationEngine
+from inferd.types import SamplingParams
+
+log = logging.getLogger("inferd.handles")
+
+
+# ---- runtime Protocols ----------------------------------------------------------------------
+class GeneratorRuntime(Backend, Protocol):
+    """A text generator: the engine's Backend plus what the service needs to prepare a request."""
+
+    name: str
+    chat_template: str | None
+    bos_text: str
+    eos_text: str
+    size_bytes: int
+
+    @property
+    def n_vocab(self) -> int: ...
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+    def tokenize_rendered(self, text: str) -> list[int]: ...
+    def detokenize(self, tokens: list[int]) -> str: ...
+    def token_bytes(self, token: int) -> bytes: ...
+    def check_tokens(self, tokens: list[int], param: str = "prompt") -> None: ...
+    def make_sampler(self, params: SamplingParams) -> Any: ...
+    def warm_up(self) -> None: ...
+    def set_adapter(self, path: Path | None, scale: float = 1.0) -> None: ...
+    def close(self) -> None: ...
+
+
+class EncoderRuntime(Protocol):
+    """Anything a dynamic batcher can drive: one forward pass over a batch of prepared items."""
+
+    max_batch_tokens: int | None   # a cap of the model's own on the padded tokens of one batch
+
+    def run_batch(self, items: Sequence[Any]) -> Sequence[Any]: ...
+    def close(self) -> None: ...
+
+
+class EmbedderRuntime(EncoderRuntime, Protocol):
+    sparse: bool
+    dims: int
+    max_length: int
+
+    def prefix(self, task: str | None) -> str: ...
+    def prepare(self, texts: Sequence[str], task: str | None = None) -> Sequence[Any]: ...
+    def prepare_ids(self, ids: Sequence[int]) -> Any: ...
+
+
+class RerankerRuntime(EncoderRuntime, Protocol):
+    def prepare(self, query: str, documents: list[str]) -> list[Any]: ...
+    def combine(self, outputs: list[Any], n_documents: int) -> list[float]: ...
+
+
+class ChunkerRuntime(EncoderRuntime, Protocol):
+    def windows(self, text: str) -> list[Any]: ...
+
+
+class PredictorRuntime(Protocol):
+    name: str
+    size_bytes: int
+
+    @property
+    def num_features(self) -> int: ...
+    @property
+    def task(self) -> str: ...
+    def predict(self, x: Any) -> Any: ...
+
+
+# ---- handles --------------------------------------------------------------------------------
+@dataclass(eq=False)
+class GeneratorHandle:
+    """A generator and its continuous-batching engine. `lora` is the adapter in force,
+    recorded by the worker in the same call that applies it, so a switch whose requester
+    was cancelled can never leave the name and the weights disagreeing."""
+
+    backend: GeneratorRuntime
+    engine: GenerationEngine
+    lora: str | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.backend.size_bytes)
+
+    def warm_up(self) -> None:
+        """Block until one warm-up decode has run on the engine's worker thread."""
+        self.engine.call_when_idle(self.backend.warm_up).result()
+
+    async def set_lora(self, name: str | None, path: Path | None) -> None:
+        """Apply adapter `name` at `path` (None: base weights) once the requests already
+        submitted have finished; later ones wait for it. Shielded: the switch completes even
+        if the caller is cancelled."""
+        def apply() -> None:
+            self.backend.set_adapter(path)
+            self.lora = name if path else None
+
+        await asyncio.shield(asyncio.wrap_future(self.engine.call_when_idle(apply)))
+
+    def close(self) -> None:
+        if self.engine.close():
+            self.backend.close()
+        else:  # a step is still running native code: leaking is safe, freeing under it is not
+            log.error("generation worker of %s did not stop; its native memory is not freed", self.backend.name)
+
+
+E = TypeVar("E", bound=EncoderRuntime)
+
+
+@dataclass(eq=False)
+class EncoderHandle(Generic[E]):
+    """An encoder (embedder, reranker, chunker, ...) and the dynamic batcher that owns its
+    worker thread; every forward pass goes through `batcher`."""
+
+    encoder: E
+    batcher: Batcher
+    size_bytes: int = 0
+
+    def close(self) -> None:
+        self.batcher.close()  # waits for a running batch; pending ones fail with ModelUnloaded
+        self.encoder.close()
+
+
+@dataclass(eq=False)
+class PredictorHandle:
+    """A tabular predictor: pure numpy, run on a thread per request, no scheduler of its own."""
+
+    predictor: PredictorRuntime
+    size_bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        pass
+
+
+Handle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle

@@ -1,0 +1,128 @@
+"""The composition root: (kind, format) -> loader. A loader builds the leaf runtime from a
+spec and the typed RuntimeOptions, wraps it in its scheduler and returns a typed handle
+(handles.py). This is the one place that knows which runtime serves which model and how it
+is scheduled; runtimes know neither the registry nor the schedulers.
+
+Runtime modules are imported on first load, so listing models or serving one kind never
+imports the native libraries of another. A new runtime plugs in here with one entry."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+from inferd.config import Settings
+from inferd.errors import ModelLoadFailed, NotImplementedYet
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.builtins import materialize
+from inferd.runtimes.options import RuntimeOptions
+from inferd.scheduling.batcher import Batcher
+from inferd.scheduling.generation import GenerationEngine
+from inferd.service.handles import EncoderHandle, EncoderRuntime, GeneratorHandle, Handle, PredictorHandle
+
+Loader = Callable[[ModelSpec, RuntimeOptions], Handle]
+
+
+def runtime_options(settings: Settings) -> RuntimeOptions:
+    """Built once per server from Settings: the only server configuration runtimes see."""
+    return RuntimeOptions(threads=settings.threads or max(1, os.cpu_count() or 1), parallel=settings.parallel,
+                          max_batch_tokens=settings.max_batch_tokens, max_batch_size=settings.max_batch_size,
+                          prefer_quantized=settings.prefer_quantized,
+                          # a full engine queue is a 503, never unbounded memory
+                          max_waiting=max(settings.max_queued_requests, settings.parallel) * 4)
+
+
+# ---- loaders ----------------------------------------------------------------------------------
+def _generator(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
+    from inferd.runtimes.llama_cpp import load_generator
+
+    backend = load_generator(spec, opts)
+    handle = GeneratorHandle(backend, GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting))
+    try:
+        handle.warm_up()
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def _encoder(build: Callable[[ModelSpec, RuntimeOptions], EncoderRuntime]) -> Loader:
+    """A loader that wraps what `build` returns in a dynamic batcher (the token budget is the
+    server's, lowered to the model's own cap when it has one, e.g. sparse logits)."""
+    def load(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
+        enc = build(spec, opts)
+        budget = min(opts.max_batch_tokens, enc.max_batch_tokens or opts.max_batch_tokens)
+        batcher = Batcher(enc.run_batch, max_tokens=budget, max_items=opts.max_batch_size, name=spec.name)
+        return EncoderHandle(enc, batcher, size_bytes=_file_size(spec))
+
+    return load
+
+
+def _lazy(module: str, fn: str) -> Callable[[ModelSpec, RuntimeOptions], Any]:
+    def build(spec: ModelSpec, opts: RuntimeOptions) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module), fn)(spec, opts)
+
+    return build
+
+
+def _predictor(spec: ModelSpec, opts: RuntimeOptions) -> PredictorHandle:
+    from inferd.runtimes.tabular import load
+
+    p = load(spec, opts)
+    return PredictorHandle(p, size_bytes=p.size_bytes)
+
+
+def _file_size(spec: ModelSpec) -> int:
+    """Resident size of an encoder: about its weights on disk (onnxruntime maps them)."""
+    if spec.size_bytes:
+        return spec.size_bytes
+    if spec.path is None:
+        return 0
+    p = spec.path
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+LOADERS: dict[tuple[ModelKind, str], Loader] = {
+    # encoders: onnxruntime + tokenizers (runtimes/onnx), llama.cpp embeddings (runtimes/gguf_embed.py)
+    (ModelKind.EMBEDDER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_embedder")),
+    (ModelKind.EMBEDDER, "safetensors"): _encoder(_lazy("inferd.runtimes.onnx", "load_embedder")),
+    (ModelKind.EMBEDDER, "gguf"): _encoder(_lazy("inferd.runtimes.gguf_embed", "load_embedder")),
+    (ModelKind.RERANKER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_reranker")),
+    (ModelKind.CHUNKER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_chunker")),
+    # generators: llama.cpp in a continuous-batching engine (runtimes/llama_cpp, scheduling/generation.py)
+    (ModelKind.GENERATOR, "gguf"): _generator,
+    # tabular predictors (runtimes/tabular): numpy only
+    (ModelKind.PREDICTOR, "tabular"): _predictor,
+}
+
+
+class Loaders:
+    """The registry's loader lookup: spec -> a function that loads it into a handle."""
+
+    def __init__(self, options: RuntimeOptions, table: dict[tuple[ModelKind, str], Loader] | None = None):
+        self.options = options
+        self.table = LOADERS if table is None else table
+
+    def __call__(self, spec: ModelSpec) -> Callable[[ModelSpec], Handle]:
+        load = self.table.get((spec.kind, spec.format))
+        if load is None:
+            raise NotImplementedYet(f"no runtime in this build serves {spec.kind.value} models in "
+                                    f"{spec.format} format (model '{spec.name}')")
+        return functools.partial(_load, load, options=self.options)
+
+
+def _load(load: Loader, spec: ModelSpec, options: RuntimeOptions) -> Handle:
+    """Materialize a built-in's file (registry/builtins.py) first, then build the handle."""
+    if spec.path is None and spec.source == "builtin":
+        try:
+            path = materialize(spec)
+        except OSError as e:
+            raise ModelLoadFailed(f"model '{spec.name}': {e}") from e
+        if path is not None:
+            spec = dataclasses.replace(spec, path=path)
+    return load(spec, options)
