@@ -197,3 +197,42 @@ def test_wrong_kind_is_400_in_both_families(tmp_path):
         assert r.status_code == 400 and r.json()["error"] == "MODEL_NOT_SUPPORTED"
         r = httpx.post(s.url + "/ai/v1/transcribe", json={"audio": base64.b64encode(wav).decode()}, timeout=60)
         assert r.status_code == 200 and r.json()["model"] == "w2v"  # the only transcriber
+
+
+def test_a_client_that_leaves_stops_costing_windows(tmp_path):
+    """A long file is many windows; once its client disconnects, the windows not yet decoded
+    are dropped (one window per batch here, so the drop is visible in the queue's stats)."""
+    import time
+
+    import numpy as np
+
+    from tests.test_speech_runtime import clip, wav_bytes
+    d = tmp_path / "models"
+    shutil.copytree(SPEECH / "whisper-tiny-random", d / "transcribers" / "tiny-random")
+    gap = np.zeros(16000 * 2, np.float32)
+    audio = wav_bytes(np.concatenate([clip("fox.wav"), gap, clip("call.wav"), gap, clip("walk.wav"), gap] * 24))
+    with serve(models_dir=str(d), threads=1, max_batch_size=1) as s:
+        with httpx.stream("POST", s.url + "/v1/audio/transcriptions", files={"file": ("long.wav", audio)},
+                          data={"model": "tiny-random", "stream": "true"}, timeout=120) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: {") and "transcript.text.delta" in line:
+                    break  # the first window is decoded: leave (closing the connection)
+        handle = s.service.registry.loaded["tiny-random"].model
+        deadline = time.time() + 60
+        while handle.queue._pending or s.service.admission.in_flight:
+            assert time.time() < deadline
+            time.sleep(0.1)
+        stats = handle.queue.stats
+        assert stats.cancelled >= 1 and stats.windows >= 1
+        assert stats.windows + stats.cancelled >= 8  # every window either ran or was dropped
+
+
+def test_model_flag_infers_transcribers_from_their_folders():
+    from inferd.models import ModelKind
+    from inferd.registry.discovery import make_spec
+
+    w = make_spec("w", SPEECH / "whisper-tiny-random", "cli")
+    assert (w.kind, w.format) == (ModelKind.TRANSCRIBER, "ctranslate2") and "translate" in w.capabilities
+    c = make_spec("c", SPEECH / "wav2vec2-tiny-random", "cli")  # config.json architectures: Wav2Vec2ForCTC
+    assert (c.kind, c.format) == (ModelKind.TRANSCRIBER, "onnx") and "translate" not in c.capabilities
