@@ -6,10 +6,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from inferd import __version__
 from inferd.config import Settings, load_settings
 from inferd.errors import ConfigError
+from inferd.models import ModelSpec
 
 log = logging.getLogger("inferd")
 
@@ -51,6 +53,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
+                                       "here; needs --cluster-config and inferd[cluster]")
+    a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
 
@@ -71,6 +76,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     settings = _settings(ns)
     settings.check_bind()
     setup_logging(settings.log_level, settings.log_format)
+    if getattr(ns, "ray", None):
+        from inferd.cluster.cli import serve_on_ray
+
+        return serve_on_ray(ns.ray, ns.cluster_config, settings)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -82,12 +91,16 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _no_loads(spec: ModelSpec) -> Callable[[ModelSpec], Any]:
+    raise ConfigError(f"`inferd models` does not load models ({spec.name})")
 
 
 def cmd_models(ns: argparse.Namespace) -> int:
@@ -96,7 +109,7 @@ def cmd_models(ns: argparse.Namespace) -> int:
 
     settings = _settings(ns)
     found = discover_all(settings)
-    Registry.build(found.specs, lambda s: None)  # duplicate names are an error here too
+    Registry.build(found.specs, _no_loads)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
              s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
@@ -127,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands contributed by other modules: fn(subparsers) -> None. Imported here, not
     at the top, so `inferd serve` pays for none of them."""
+    from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import]
+    return [ml_import, cluster]
 
 
 def main(argv: list[str] | None = None) -> int:

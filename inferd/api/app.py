@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -52,7 +53,10 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {msg}" if param else msg) + more, param
 
 
-def create_app(settings: Settings, service: InferenceService | None = None) -> FastAPI:
+def create_app(settings: Settings, service: InferenceService | None = None,
+               inner_middleware: list[tuple[Any, dict[str, Any]]] | None = None) -> FastAPI:
+    """`inner_middleware`: (class, kwargs) pairs placed innermost, between the security and
+    limit middleware and the router (the cluster ingress's forwarder goes there)."""
     service = service or InferenceService.from_settings(settings)
 
     @contextlib.asynccontextmanager
@@ -94,6 +98,8 @@ def create_app(settings: Settings, service: InferenceService | None = None) -> F
         app.include_router(r)
 
     # Outermost last: RequestContext sees every response, including auth and size refusals.
+    for cls, kwargs in inner_middleware or ():
+        app.add_middleware(cls, **kwargs)
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
