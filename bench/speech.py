@@ -8,7 +8,7 @@ one run (not a test; numbers depend on the machine and its load):
    timestamps: what a `json` response needs), on the committed espeak-ng clips;
 2. 4 concurrent clients (each sends every clip) vs one client at a time: aggregate speed.
 
-usage: python bench/speech.py [--threads N] [--rounds R]
+usage: python bench/speech.py [--threads N] [--rounds R] [--runs K]
 """
 
 from __future__ import annotations
@@ -101,13 +101,14 @@ def over_http(srv: Server, rounds: int, clients: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="passes over the clips per measurement")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved measurements of each side (best is kept)")
     ns = ap.parse_args()
     print(f"whisper-tiny.en, {ns.threads} threads, {len(CLIPS)} clips x {ns.rounds} rounds")
     srv = Server(ns.threads)
     try:
         results = {}
-        for i in range(2):  # interleaved, so machine load hits both sides alike
+        for i in range(ns.runs):  # interleaved, so machine load hits both sides alike
             results.setdefault("peer", []).append(in_process(ns.threads, ns.rounds)[0])
             results.setdefault("http", []).append(over_http(srv, ns.rounds, 1))
             print(f"  run {i + 1}: in-process {results['peer'][-1]:.2f}, HTTP {results['http'][-1]:.2f} audio s/s",

@@ -161,11 +161,17 @@ def test_openai_errors(srv, client):
     r = post(srv, "/v1/audio/transcriptions", data={"model": "tiny-random", "response_format": "xml"},
              files={"file": ("a.wav", wav)})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
-    for field, value in (("temperature", "hot"), ("language", "english!"), ("stream", "maybe"),
-                         ("timestamp_granularities[]", "sentence"), ("beam_size", "99")):
+    for field, value in (("temperature", "hot"), ("temperature", "1.5"), ("language", "english!"), ("stream", "maybe"),
+                         ("timestamp_granularities[]", "sentence"), ("beam_size", "99"), ("temperature_fallback", "x")):
         r = post(srv, "/v1/audio/transcriptions", data={"model": "tiny-random", field: value},
                  files={"file": ("a.wav", wav)})
         assert r.status_code == 400, (field, r.text)
+    r = post(srv, "/v1/audio/transcriptions", data={"model": "tiny-random", "timestamp_granularities[]": "word"},
+             files={"file": ("a.wav", wav)})
+    assert r.status_code == 400 and "verbose_json" in r.json()["error"]["message"]
+    r = post(srv, "/v1/audio/transcriptions", data={"model": "tiny-random", "response_format": "srt", "stream": "true"},
+             files={"file": ("a.wav", wav)})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     r = post(srv, "/v1/audio/transcriptions", data={"model": "tiny-random", "language": "xx"},
              files={"file": ("a.wav", wav)})
     assert r.status_code == 400 and "language" in r.json()["error"]["message"]

@@ -61,7 +61,9 @@ def transcribe_request(fields: Mapping[str, str], granularities: list[str], audi
     if stream and fmt not in ("json", "text"):
         raise InvalidInput(f"stream=true sends text events; response_format '{fmt}' cannot be streamed",
                            "response_format")
-    words = "word" in granularities and fmt == "verbose_json"
+    if granularities and fmt != "verbose_json":  # OpenAI's rule: only verbose_json carries them
+        raise InvalidInput("timestamp_granularities[] needs response_format verbose_json", "timestamp_granularities")
+    words = "word" in granularities
     req = TranscribeRequest(
         model=(fields.get("model") or "").strip() or None, audio=audio, task=task,
         language=language_of(fields.get("language")), prompt=fields.get("prompt") or None,
