@@ -58,6 +58,10 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
+    a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
+    a("--slots-show-prompts", action="store_const", const=True, default=None,
+      help="GET /slots shows the text cached in each slot")
+    a("--otlp-endpoint", help="export OpenTelemetry traces over OTLP/HTTP to this collector (needs inferd[otel])")
 
 
 def _settings(ns: argparse.Namespace) -> Settings:
@@ -71,6 +75,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     from inferd.api.app import create_app
     from inferd.logs import setup_logging
+    from inferd.observability.server import DrainingServer
     from inferd.service import InferenceService
 
     settings = _settings(ns)
@@ -86,9 +91,12 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     for spec in service.registry.specs.values():
         log.info("  %-12s %s (%s, %s)", spec.kind.value, spec.name, spec.format, spec.source)
     app = create_app(settings, service)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5)
-    return 0
+    # The first SIGTERM drains (observability/drain.py) before uvicorn's own shutdown runs.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=5)
+    server = DrainingServer(config, service.observer.drain)
+    server.run()
+    return 0 if server.started else 1
 
 
 def _human(n: float) -> str:

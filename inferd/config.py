@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 
+    drain_timeout: float = 30.0                 # SIGTERM / POST /admin/drain: longest wait for in-flight work
+    slots_show_prompts: bool = False            # GET /slots shows each slot's cached text
+    otlp_endpoint: str | None = None            # OpenTelemetry OTLP/HTTP collector (needs the otel extra)
+
     @field_validator("models", "cors_origins", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> list[str]:
@@ -117,7 +121,7 @@ class Settings(BaseSettings):
     def _size(cls, v: Any) -> int:
         return parse_size(v)
 
-    @field_validator("keep_alive", "queue_timeout", mode="before")
+    @field_validator("keep_alive", "queue_timeout", "drain_timeout", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)

@@ -10,9 +10,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import control, gen_control
+from inferd.api import console, control, gen_control, observe
 from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
+from inferd.api.antfly import extract_routes as antfly_extract
 from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.antfly import transcribe_routes as antfly_transcribe
@@ -29,8 +30,9 @@ from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound
 from inferd.service import InferenceService
 
-ROUTERS = [control.router, openai_routes.router, ollama_routes.router, antfly_routes.router,
-           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router,
+ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
+           antfly_routes.router,
+           openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router,
            openai_audio.router, antfly_transcribe.router]
 
@@ -66,6 +68,8 @@ def create_app(settings: Settings, service: InferenceService | None = None,
             yield
         finally:
             await service.close()
+            if service.observer.tracer is not None:  # flush the last spans
+                service.observer.tracer.close()
 
     app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.service = service
@@ -100,11 +104,14 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     # Outermost last: RequestContext sees every response, including auth and size refusals.
     for cls, kwargs in inner_middleware or ():
         app.add_middleware(cls, **kwargs)
+    # Inside auth and CORS (its 503s get both), outside the cluster forwarder (drain gates all).
+    app.add_middleware(observe.Observe, observer=service.observer)
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
-                       allow_headers=["*"], expose_headers=["x-request-id", "retry-after"])
+                       allow_headers=["*"], expose_headers=["x-request-id", "retry-after", "x-queue-time",
+                                                       "x-inference-time", "x-compute-tokens"])
     app.add_middleware(RequestContext, metrics=service.metrics)
     return app

@@ -2,34 +2,29 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import PlainTextResponse
 
 from inferd import __version__
 from inferd.api.deps import get_service
+from inferd.api.observe import health_response
 from inferd.service import InferenceService
 
 router = APIRouter()
 
 
-@router.get("/", response_class=PlainTextResponse)
-@router.head("/", response_class=PlainTextResponse)
-async def root() -> str:
-    return "inferd is running"
-
-
 @router.get("/health")
 @router.get("/v1/health")
 @router.get("/healthz")
-async def health() -> dict:
-    return {"status": "ok"}
+async def health(request: Request):
+    return await health_response(request, {"status": "ok"})
 
 
 @router.get("/readyz")
-async def ready(svc: InferenceService = Depends(get_service)) -> dict:
-    return {"status": "ready", "version": __version__, "models": len(svc.models())}
+async def ready(request: Request, svc: InferenceService = Depends(get_service)):
+    return await health_response(request, {"status": "ready", "version": __version__, "models": len(svc.models())})
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(svc: InferenceService = Depends(get_service)) -> str:
-    return svc.metrics.render(svc.gauges())
+    return svc.metrics.render(svc.gauges()) + svc.observer.render()  # type: ignore[attr-defined]

@@ -61,7 +61,8 @@ class ApiKeyAuth:
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in PUBLIC_PATHS:
+        if (scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in PUBLIC_PATHS
+                or scope["path"].startswith("/ui/")):  # the console's static files: it asks for the key itself
             return await self.app(scope, receive, send)
         auth = dict(scope["headers"]).get(b"authorization", b"")
         scheme, _, given = auth.partition(b" ")
@@ -122,5 +123,7 @@ class JsonByDefault:
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
             ctype = dict(scope["headers"]).get(b"content-type", b"")
             if not ctype or ctype.startswith(b"application/x-www-form-urlencoded"):
-                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+                # In place, not a copy: the router records the matched route in this same scope,
+                # where RequestContext reads it for /metrics (a copy left POST routes "unmatched").
+                scope["headers"] = [*headers, (b"content-type", b"application/json")]
         await self.app(scope, receive, send)

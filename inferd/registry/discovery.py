@@ -120,6 +120,10 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
         caps.add("cross_encoder")
     elif kind is ModelKind.TRANSCRIBER:
         caps |= speech_capabilities(folder, fmt)
+    elif kind in (ModelKind.EXTRACTOR, ModelKind.CLASSIFIER):
+        from inferd.registry.extract_caps import extract_capabilities
+
+        caps |= extract_capabilities(kind.value, fmt, folder, manifest)
     return frozenset(caps)
 
 

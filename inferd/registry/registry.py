@@ -26,6 +26,7 @@ from typing import Any
 
 from inferd.errors import (ConfigError, InferdError, InvalidInput, MemoryBudgetExceeded, ModelLoadFailed,
                            ModelNotFound, ModelNotSupported)
+from inferd.observability.context import note_model
 from inferd.registry.spec import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd.registry")
@@ -99,7 +100,11 @@ class Registry:
                   keep_alive: float | None = None) -> AsyncIterator[Any]:
         """Yield the loaded runtime for `name`; it is not unloaded while in use."""
         spec = self.resolve(name, kinds)
-        entry = await self._ensure_loaded(spec)
+        t0 = time.time_ns()
+        try:
+            entry = await self._ensure_loaded(spec)
+        finally:
+            note_model(spec.name, t0)  # per-model request counts, timing headers, the trace's load span
         entry.in_use += 1
         if keep_alive is not None:
             entry.keep_alive = keep_alive

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 
 from inferd.errors import Overloaded
+from inferd.observability.context import note_admitted
 
 
 class Admission:
@@ -27,6 +28,7 @@ class Admission:
         self._waiters: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
         self._hold_ewma = 1.0  # seconds a request holds its slot, smoothed
         self.rejected = 0
+        self.rejections: collections.Counter[str] = collections.Counter()  # reason -> count (/metrics)
 
     @property
     def queued(self) -> int:
@@ -37,16 +39,18 @@ class Admission:
         est = self._hold_ewma * (1 + self.queued) / max(1, self.max_in_flight)
         return int(min(30_000, max(100, est * 1000)))
 
-    def _refuse(self, why: str) -> Overloaded:
+    def _refuse(self, why: str, reason: str) -> Overloaded:
         self.rejected += 1
+        self.rejections[reason] += 1
         return Overloaded(f"server is at capacity ({why}); retry later", self.retry_after_ms())
 
     @contextlib.asynccontextmanager
     async def slot(self, weight: int = 1) -> AsyncIterator[None]:
         w = max(1, min(int(weight), self.max_in_flight))
+        t_arrived = time.monotonic()
         if self.in_flight + w > self.max_in_flight or self._waiters:
             if len(self._waiters) >= self.max_queue:
-                raise self._refuse(f"{self.in_flight} running, {self.queued} queued")
+                raise self._refuse(f"{self.in_flight} running, {self.queued} queued", "queue_full")
             fut = asyncio.get_running_loop().create_future()
             waiter = (fut, w)
             self._waiters.append(waiter)
@@ -57,7 +61,7 @@ class Admission:
                     self._release(w)
                 else:
                     self._abandon(waiter)
-                raise self._refuse(f"waited {self.queue_timeout:.0f}s in the queue") from None
+                raise self._refuse(f"waited {self.queue_timeout:.0f}s in the queue", "queue_timeout") from None
             except asyncio.CancelledError:
                 if fut.done():
                     self._release(w)
@@ -67,6 +71,7 @@ class Admission:
         else:
             self.in_flight += w
         t0 = time.monotonic()
+        note_admitted(t0 - t_arrived)  # x-queue-time, the trace's queue span
         try:
             yield
         finally:

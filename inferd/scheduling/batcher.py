@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.errors import InferdError, InferenceFailed, ModelUnloaded
+from inferd.observability.context import note_tokens
+from inferd.observability.stats import EncStats
 
 log = logging.getLogger("inferd.batcher")
 
@@ -68,6 +70,8 @@ class Batcher:
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
         self.stats = BatchStats()
+        self.observed = EncStats()  # replaced by the observer's per-model object once loaded (/metrics)
+        self.running = 0  # inputs in the forward pass now running (/load)
         self.closed = False
 
     async def submit(self, items: Sequence[Any], costs: Sequence[int]) -> list[Any]:
@@ -86,6 +90,7 @@ class Batcher:
             return []
         loop = asyncio.get_running_loop()
         entries = [_Entry(it, max(1, int(c)), loop.create_future()) for it, c in zip(items, costs)]
+        note_tokens(sum(e.cost for e in entries))  # x-compute-tokens of this request
         self._pending.extend(entries)
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._drain())
@@ -107,9 +112,11 @@ class Batcher:
                 self.stats.cancelled += len(idx) - len(batch)
                 if not batch:
                     continue
+                self.running = len(batch)
                 try:
                     out = await loop.run_in_executor(self._executor, self._run, [e.item for e in batch])
                 except BaseException as exc:  # noqa: BLE001 - every entry must hear about it
+                    self.running = 0
                     self.stats.failed_batches += 1
                     for e in batch:
                         if not e.fut.done():
@@ -117,12 +124,18 @@ class Batcher:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
                     continue
+                self.running = 0
                 self.stats.batches += 1
                 self.stats.items += len(batch)
                 self.stats.padded_tokens += len(batch) * max(e.cost for e in batch)
+                self.observed.record(len(batch), len(batch) * max(e.cost for e in batch), sum(e.cost for e in batch))
                 for e, r in zip(batch, out):
                     if not e.fut.done():
                         e.fut.set_result(r)
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for e in self._pending if not e.fut.done())
 
     def _run(self, items: list[Any]) -> Sequence[Any]:
         out = self.run(items)

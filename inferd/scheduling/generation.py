@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
+from inferd.observability.stats import GenStats
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
 
@@ -116,6 +117,7 @@ class GenerationEngine:
         self.dead: BaseException | None = None
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
+        self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
         self._thread.start()
 
@@ -128,6 +130,7 @@ class GenerationEngine:
                 raise InferenceFailed(f"the worker of model '{self.name}' died: {self.dead}")
             waiting = len(self.waiting) + len(self._inbox)
             if waiting >= self.max_waiting:
+                self.stats.rejected += 1
                 raise Overloaded(f"model '{self.name}' has {waiting} requests waiting for a slot; retry later",
                                  retry_after_ms=1000)
             self._submitted += 1
@@ -210,6 +213,7 @@ class GenerationEngine:
         rows = self.backend.decode(entries)
         self.steps += 1
         self.batch_sizes[len(entries)] += 1
+        self.stats.batch.observe(len(entries))
         now = time.perf_counter()
         for (seq, toks, _p0, _want), job, row in zip(entries, jobs, rows):
             self.slots[seq].cache.extend(toks)
@@ -263,6 +267,8 @@ class GenerationEngine:
         else:
             own.cache = own.cache[:keep]
         job.slot, job.cached, job.t_admitted = own.id, keep, now
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.cached_tokens += keep
         job.out = TextOut(job.stop)
         own.job, own.last_used = job, now
 
@@ -295,6 +301,9 @@ class GenerationEngine:
         tok = be.sample(job.sampler, row)
         if not job.t_first:
             job.t_first = now
+            self.stats.ttft.observe(now - job.arrived)
+        else:
+            self.stats.itl.observe(now - job.t_last)
         job.t_last = now
         if be.is_eog(tok):
             job.next_token = None
@@ -302,6 +311,7 @@ class GenerationEngine:
             return
         lp = [be.logprob(row, tok, job.top_logprobs)] if job.top_logprobs is not None else []
         job.generated.append(tok)
+        self.stats.generated_tokens += 1
         text = job.out.feed(be.piece(tok))
         slot = self.slots[job.slot]
         if job.out.stopped:
@@ -319,10 +329,11 @@ class GenerationEngine:
         job.next_token = None
         self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
                               usage=job.usage(now)))
-        self._close_job(job)
+        self._close_job(job, reason)
 
-    def _close_job(self, job: Job) -> None:
+    def _close_job(self, job: Job, reason: str = "error") -> None:
         job.done = True
+        self.stats.finish(reason, time.perf_counter() - job.arrived)
         if job.slot is not None:
             slot = self.slots[job.slot]
             slot.job, slot.last_used = None, time.perf_counter()

@@ -9,6 +9,7 @@ back, and never touch the registry themselves.
     chunking    /ai/v1/chunk with its cache                        (chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
     speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
+    extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
 
 Model loading is composed in loading.py: (kind, format) -> loader -> typed handle."""
 
@@ -22,11 +23,15 @@ from inferd.config import Settings
 from inferd.errors import InferdError
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
+from inferd.observability.drain import Drain
+from inferd.observability.observer import Observer
+from inferd.observability.tracing import make_tracer
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.service.chunking import ChunkingService, ChunkResult
 from inferd.service.core import Catalog, available_backends, discover_all
 from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
+from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service.lora import LoraService
@@ -45,6 +50,11 @@ class InferenceService:
         self.backends = available_backends()
         self.started_at = time.time()
         self.catalog = Catalog(registry)
+        # /metrics per model, /load, /slots, drain, traces; every load is observed (time, stats attached)
+        self.observer = Observer(registry, admission, Drain(settings.drain_timeout),
+                                 show_prompts=settings.slots_show_prompts)
+        self.observer.tracer = make_tracer(settings)
+        registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
         self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics)
         self.encoders = EncoderService(self.catalog, registry, admission)
@@ -52,6 +62,7 @@ class InferenceService:
         self.tabular = TabularService(self.catalog, registry, admission)
         self.speech = SpeechService(self.catalog, registry, admission,
                                     SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
+        self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":
@@ -97,8 +108,8 @@ class InferenceService:
         gauges: dict[str, float] = {
             "requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
             "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
-            "models_served": len(self.registry.specs), "model_loads_total": self.registry.loads,
-            "model_load_failures_total": self.registry.load_failures,
+            "models_served": len(self.registry.specs),
+            # per model: inferd_model_loads_total{model} and ..._failures_total{model} (observability/)
             "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory}
         return gauges
 

@@ -22,6 +22,7 @@ from inferd.chat.templates import render_chat
 from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
+from inferd.observability.context import note_generation
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
@@ -143,6 +144,10 @@ class GenerationStream:
             self.finished = True
             if d.usage is not None:  # /metrics inferd_tokens_total
                 self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens, d.usage.completion_tokens)
+                j = self.job
+                if j is not None:  # x-compute-tokens, the trace's prefill and decode spans
+                    note_generation(d.usage.prompt_tokens, d.usage.completion_tokens, j.t_admitted, j.t_first,
+                                    j.t_last)
         if self.output is not None:
             self.output.apply(d)
         return d

@@ -115,6 +115,10 @@ LOADERS: dict[tuple[ModelKind, str], Loader] = {
     (ModelKind.CHUNKER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_chunker")),
     # generators: llama.cpp in a continuous-batching engine (runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): _generator,
+    # extraction (runtimes/extract: GLiNER, token and sequence classifiers; runtimes/spacy)
+    (ModelKind.EXTRACTOR, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
+    (ModelKind.EXTRACTOR, "spacy"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
+    (ModelKind.CLASSIFIER, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_classifier")),
     # tabular predictors (runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): _predictor,
     # speech (runtimes/speech): faster-whisper on CTranslate2, CTC on onnxruntime (scheduling/speech.py)

@@ -1,0 +1,144 @@
+"""Antfly /ai/v1/extract: wire <-> engine. Pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferd.api.antfly.embed_convert import _item_error
+from inferd.api.antfly.embed_schemas import ContentPart
+from inferd.api.antfly.extract_schemas import ExtractRequest, StructureWire
+from inferd.errors import CapabilityMissing, InferdError, InvalidInput
+from inferd.extraction_types import (ClassificationSpec, ExtractItem, ExtractOptions, ExtractSchema,
+                                     RelationSpec)
+
+# A structure field given as a type name. Strings and arrays are bounded so that the
+# generated JSON has a bounded length: it always finishes within the token budget.
+MAX_STRING = 256
+MAX_ITEMS = 16
+_SCALARS: dict[str, dict[str, Any]] = {
+    "string": {"type": "string", "maxLength": MAX_STRING}, "str": {"type": "string", "maxLength": MAX_STRING},
+    "text": {"type": "string", "maxLength": MAX_STRING},
+    "integer": {"type": "integer"}, "int": {"type": "integer"},
+    "number": {"type": "number"}, "float": {"type": "number"},
+    "boolean": {"type": "boolean"}, "bool": {"type": "boolean"},
+    "date": {"type": "string", "format": "date"}, "datetime": {"type": "string", "format": "date-time"},
+    "date-time": {"type": "string", "format": "date-time"}, "email": {"type": "string", "format": "email"},
+}
+
+
+def field_schema(value: str | dict[str, Any]) -> dict[str, Any]:
+    """A field's JSON Schema: a type name ("integer", "string[]", "list[number]"), a JSON
+    Schema object as given, or else a description of a (bounded) string field."""
+    if isinstance(value, dict):
+        return value
+    word = value.strip().lower()
+    inner = word[:-2] if word.endswith("[]") else word[5:-1] if word.startswith("list[") and word.endswith("]") \
+        else word[6:-1] if word.startswith("array[") and word.endswith("]") else None
+    if inner is not None and inner in _SCALARS:
+        return {"type": "array", "items": dict(_SCALARS[inner]), "maxItems": MAX_ITEMS}
+    if word in ("array", "list"):
+        return {"type": "array", "items": dict(_SCALARS["string"]), "maxItems": MAX_ITEMS}
+    if word in _SCALARS:
+        return dict(_SCALARS[word])
+    return {"type": "string", "maxLength": MAX_STRING, "description": value}
+
+
+def structure_schema(s: StructureWire) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": {k: field_schema(v) for k, v in s.fields.items()},
+                           "required": list(s.fields), "additionalProperties": False}
+    if s.description:
+        out["description"] = s.description
+    return out
+
+
+def _text_of(content: str | ContentPart | list[ContentPart], where: str) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    texts = []
+    for p in parts:
+        if p.type != "text":
+            # Image-backed extraction reads the image with an OCR reader first; this build
+            # serves none, so the input cannot be served (not silently skipped).
+            raise CapabilityMissing(f"{where} has a {p.type} part; extracting from images needs an OCR reader "
+                                    "('readers' capability), and none is served")
+        texts.append(p.text or "")
+    return "\n".join(texts)
+
+
+def inputs_of(req: ExtractRequest) -> list[str | InferdError]:
+    out: list[str | InferdError] = []
+    for i, x in enumerate(req.inputs):
+        try:
+            out.append(_text_of(x.content, f"inputs[{i}]"))
+        except InferdError as e:
+            out.append(e)
+    return out
+
+
+def schema_of(req: ExtractRequest) -> ExtractSchema:
+    s = req.schema_
+    for i, label in enumerate(s.entities):
+        if not label.strip():
+            raise InvalidInput(f"schema.entities[{i}] is empty", f"schema.entities[{i}]")
+    for i, c in enumerate(s.classifications):
+        if any(not lab.strip() for lab in c.labels):
+            raise InvalidInput(f"schema.classifications[{i}].labels has an empty label",
+                               f"schema.classifications[{i}].labels")
+    names = [c.name for c in s.classifications]
+    if len(set(names)) != len(names):
+        raise InvalidInput("schema.classifications names must be unique", "schema.classifications")
+    return ExtractSchema(
+        entities=list(dict.fromkeys(x.strip() for x in s.entities)),
+        relations=[RelationSpec(r.type.strip(), r.source, r.target) for r in s.relations],
+        classifications=[ClassificationSpec(c.name, tuple(dict.fromkeys(x.strip() for x in c.labels)), c.multi_label)
+                         for c in s.classifications],
+        structures={name: structure_schema(st) for name, st in s.structures.items()})
+
+
+def options_of(req: ExtractRequest) -> ExtractOptions:
+    o = req.options
+    return ExtractOptions(o.threshold, o.flat_ner, o.include_confidence, o.include_spans)
+
+
+def _entity(e: Any, opts: ExtractOptions) -> dict[str, Any]:
+    out: dict[str, Any] = {"label": e.label, "text": e.text}
+    if opts.include_spans:
+        out.update(start=e.start, end=e.end)
+    if opts.include_confidence:
+        out["score"] = e.score
+    return out
+
+
+def _scored(d: dict[str, Any], score: float, opts: ExtractOptions) -> dict[str, Any]:
+    if opts.include_confidence:
+        d["score"] = score
+    return d
+
+
+def item(index: int, id_: Any, x: ExtractItem, opts: ExtractOptions) -> dict[str, Any]:
+    return {"id": str(index) if id_ is None else str(id_), "index": index,
+            "entities": [_entity(e, opts) for e in x.entities],
+            "relations": [_scored({"type": r.type, "source": {"entity_index": r.source},
+                                   "target": {"entity_index": r.target}}, r.score, opts) for r in x.relations],
+            "classifications": [_scored({"name": c.name, "label": c.label}, c.score, opts)
+                                for c in x.classifications],
+            "structures": x.structures}
+
+
+def extract_response(req: ExtractRequest, r: Any, per_item: bool) -> dict[str, Any]:
+    """`r`: the service's ExtractResult (items: ExtractItem or the item's InferdError)."""
+    opts = options_of(req)
+    data, errors = [], []
+    for i, x in enumerate(r.items):
+        if isinstance(x, InferdError):
+            errors.append(_item_error(i, x))
+        else:
+            data.append(item(i, req.inputs[i].id, x, opts))
+    out: dict[str, Any] = {"object": "extraction", "model": r.model, "data": data,
+                           "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                                     "total_tokens": r.prompt_tokens + r.completion_tokens}}
+    if per_item:
+        out["errors"] = errors
+        out["summary"] = {"total": len(r.items), "succeeded": len(data), "failed": len(errors)}
+    return out

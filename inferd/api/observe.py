@@ -1,0 +1,171 @@
+"""Observability routes and middleware: /load, /slots, /admin/drain, /admin/models/{load,unload},
+and `Observe`, which gives every request its RequestInfo (observability/context.py), adds
+the timing headers, counts the request per model, writes its trace, and refuses new work
+with 503 + Retry-After while the server drains."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inferd.api.deps import get_service
+from inferd.api.errors import error_response, family_of
+from inferd.errors import Overloaded
+from inferd.models import ModelKind
+from inferd.observability.context import RequestInfo, begin, end
+from inferd.observability.observer import Observer
+from inferd.service import InferenceService
+
+router = APIRouter()
+
+# Never refused while draining (health must say so, scrapers keep scraping) and not waited for.
+EXEMPT = frozenset({"/", "/health", "/v1/health", "/healthz", "/readyz", "/metrics", "/load", "/slots",
+                    "/admin/drain", "/favicon.ico"})
+STREAMED = (b"text/event-stream", b"application/x-ndjson")
+OPENAI_BARE = ("/chat/completions", "/completions", "/embeddings", "/rerank")
+
+
+def route_family(path: str) -> str:
+    if path.startswith("/v1/") or path in OPENAI_BARE:
+        return "openai"
+    if path.startswith("/api/"):
+        return "ollama"
+    if path.startswith("/ai/"):
+        return "antfly"
+    if path.startswith("/ml/"):
+        return "ml"
+    return "control"
+
+
+def _ms(seconds: float) -> bytes:
+    return f"{seconds * 1000:.3f}".encode()
+
+
+class Observe:
+    """Innermost middleware, so auth and CORS apply to its refusals too."""
+
+    def __init__(self, app: ASGIApp, observer: Observer):
+        self.app, self.observer = app, observer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path, drain, obs = scope["path"], self.observer.drain, self.observer
+        exempt = path in EXEMPT or path.startswith("/ui/")
+        if drain.draining and not exempt:
+            obs.reject("draining")
+            err = Overloaded("server is draining (shutting down); retry later or on another instance",
+                             drain.retry_after_s() * 1000)
+            return await error_response(err, family_of(path))(scope, receive, send)
+        info = RequestInfo(family=route_family(path))
+        token = begin(info)
+        status = 500
+        t0 = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                ctype = dict(headers).get(b"content-type", b"")
+                # Timing headers only where admission ran (inference routes) and the work is
+                # over when headers go out (not streams: theirs would describe nothing yet).
+                if info.admitted_at is not None and not ctype.startswith(STREAMED):
+                    headers += [(b"x-queue-time", _ms(info.queue_seconds)),
+                                (b"x-inference-time", _ms(time.perf_counter() - info.admitted_at)),
+                                (b"x-compute-tokens", str(info.compute_tokens).encode())]
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        if not exempt:
+            drain.enter()
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            if not exempt:
+                drain.leave()
+            end(token)
+            dt = time.perf_counter() - t0
+            if info.model:
+                obs.request(info.model, info.family, status, dt)
+            tracer = getattr(obs, "tracer", None)
+            if tracer is not None and not exempt:
+                route = getattr(scope.get("route"), "path", None) or path
+                hdrs = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                        if k in (b"traceparent", b"tracestate")}
+                tracer.record(info, scope["method"], path, route, status, time.time_ns(), hdrs)
+
+
+def observer_of(svc: InferenceService) -> Observer:
+    return svc.observer  # type: ignore[attr-defined]
+
+
+@router.get("/load")
+async def load(svc: InferenceService = Depends(get_service)) -> dict:
+    return observer_of(svc).load_view()
+
+
+@router.get("/slots")
+async def slots(model: str | None = Query(None), svc: InferenceService = Depends(get_service)) -> list:
+    if model is not None:
+        svc.registry.resolve(model, [ModelKind.GENERATOR])  # 404 unknown, 400 not a generator
+    return observer_of(svc).slots_view(model)
+
+
+@router.post("/admin/drain", status_code=202)
+async def drain(svc: InferenceService = Depends(get_service)) -> dict:
+    d = observer_of(svc).drain
+    started = d.begin()
+    return {"status": "draining", "started": started, "in_flight": d.active, "timeout_s": d.timeout}
+
+
+class ModelRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+
+
+@router.post("/admin/models/load")
+async def load_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
+    """Load any served model now (the console's Load button); it then idles out by keep-alive."""
+    async with svc.registry.use(body.model):
+        pass
+    return {"model": body.model, "loaded": True}
+
+
+@router.post("/admin/models/unload")
+async def unload_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
+    """Unload now (a busy model goes when its last request ends): Ollama's keep_alive 0, for any kind."""
+    svc.registry.resolve(body.model)
+    return {"model": body.model, "unloaded": await svc.registry.unload(body.model)}
+
+
+async def health_response(request: Request, body: dict) -> JSONResponse | dict:
+    """Health and readiness answer 503 {"status": "draining"} once a drain has begun."""
+    if observer_of(request.app.state.service).drain.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    return body
+
+
+@router.get("/admin/models")
+async def models_state(svc: InferenceService = Depends(get_service)) -> dict:
+    """Every served model with its load state (the console's Models page): kind, format, size
+    on disk, loaded, users, seconds until keep-alive unloads it (null: never, or not loaded)."""
+    obs = observer_of(svc)
+    now = time.time()
+    live = {e["spec"].name: e for e in svc.loaded()}
+    out = []
+    for spec in svc.models():
+        e = live.get(spec.name)
+        exp = e["expires_at"] if e else None
+        out.append({"name": spec.name, "kind": spec.kind.value, "format": spec.format, "source": spec.source,
+                    "size_bytes": spec.size_bytes, "capabilities": sorted(spec.capabilities),
+                    "loaded": e is not None, "in_use": e["in_use"] if e else 0,
+                    "expires_in": None if exp is None else max(0.0, round(exp - now, 1)),
+                    "load_seconds": round(obs.load_seconds[spec.name], 3) if spec.name in obs.load_seconds else None,
+                    "resident_bytes": e.get("size_bytes") if e else None,
+                    "load_rss_bytes": obs.resident.get(spec.name) if e else None})
+    return {"models": out}

@@ -1,0 +1,288 @@
+"""The web console in a real headless Chromium (Debian's `chromium`, driven by Playwright's
+Python API) against a real server with the tiny fixtures: pages load without console
+errors, a chat streams tokens into the page and Stop ends it on the server too, the
+similarity matrix matches the API, the models page shows and changes load state, the API
+key is asked for once, and a phone-width screen needs no horizontal scrolling."""
+
+import json
+import math
+import os
+
+import httpx
+import pytest
+
+from tests.obs_helpers import metric, models_dir, parse_metrics, wait_for
+from tests.server import serve
+
+CHROMIUM = os.environ.get("INFERD_TEST_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PAGES = ["chat", "embeddings", "rerank", "chunking", "tabular", "models"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("console")
+    d = models_dir(root, embedder=True, reranker=True, iris=True)
+    with serve(models_dir=str(d), ml_dir=str(root / "ml"), parallel=2, threads=1) as s:
+        yield s
+
+
+class Page:
+    """A fresh browser context (own storage) whose console errors and failed requests are kept."""
+
+    def __init__(self, browser, base: str, **ctx):
+        self.ctx = browser.new_context(**ctx)
+        self.page = self.ctx.new_page()
+        self.page.set_default_timeout(20_000)
+        self.base, self.errors = base, []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.page.on("response", lambda r: self.errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+
+    def go(self, page_id: str):
+        self.page.goto(f"{self.base}/#/{page_id}")
+        self.page.wait_for_selector("main h1")
+        return self.page
+
+    def close(self):
+        self.ctx.close()
+
+
+@pytest.fixture
+def web(browser, srv):
+    p = Page(browser, srv.url)
+    yield p
+    p.close()
+
+
+def test_every_page_loads_without_console_errors(web, srv):
+    for pid in PAGES:
+        page = web.go(pid)
+        assert page.inner_text("nav a.active") .lower() == pid.lower()
+        page.wait_for_load_state("networkidle")
+    assert web.errors == []
+    r = httpx.get(srv.url + "/", headers={"accept": "text/html"})
+    assert r.headers["content-type"].startswith("text/html") and "default-src 'self'" in r.headers["content-security-policy"]
+    assert httpx.get(srv.url + "/").text == "inferd is running"  # curl and friends
+    assert httpx.get(srv.url + "/ui/js/app.js").headers["content-type"].startswith("text/javascript")
+    assert httpx.get(srv.url + "/ui/%2e%2e/__init__.py").status_code == 404
+
+
+def test_chat_streams_tokens_into_the_page_and_stop_ends_the_generation(web, srv):
+    page = web.go("chat")
+    page.wait_for_selector("#chat-model option[value=tiny]", state="attached")
+    page.fill("#chat-max-tokens", "8")
+    page.fill("#chat-extra", '{"ignore_eos": true}')
+    page.fill("#chat-input", "hello there")
+    page.keyboard.press("Control+Enter")
+    stats = page.wait_for_selector(".msg.assistant .stats:has-text('finish')")
+    assert "8 tokens" in stats.inner_text() and "finish: length" in stats.inner_text()
+    assert "TTFT" in stats.inner_text() and "tok/s" in stats.inner_text()
+
+    before = metric(parse_metrics(httpx.get(srv.url + "/metrics").text), "inferd_generation_tokens_total", model="tiny")
+    page.fill("#chat-max-tokens", "4000")
+    page.fill("#chat-input", "tell me a long story")
+    page.click("#chat-send")
+    last = ".msg.assistant >> nth=1"
+    page.wait_for_selector(f"{last} >> .content", state="attached")
+    n1 = wait_for(lambda: len(page.inner_text(".msg.assistant.streaming .content")) > 5, what="tokens in the page")
+    assert n1
+    grown = wait_for(lambda: len(page.inner_text(".msg.assistant.streaming .content")) > 40, what="more tokens")
+    assert grown and page.is_enabled("#chat-stop") and not page.is_enabled("#chat-send")
+    assert httpx.get(srv.url + "/load").json()["models"]["tiny"]["running"] == 1
+    page.keyboard.press("Escape")  # the Stop shortcut
+    stats = page.wait_for_selector(".msg.assistant:not(.streaming) >> nth=1 >> .stats:has-text('finish')")
+    assert "finish: stopped" in stats.inner_text()
+    assert page.is_enabled("#chat-send") and not page.is_enabled("#chat-stop")
+    # The server cancelled the sequence when the fetch was aborted: far from 4000 tokens.
+    wait_for(lambda: httpx.get(srv.url + "/load").json()["models"]["tiny"]["running"] == 0, what="cancelled")
+    m = parse_metrics(httpx.get(srv.url + "/metrics").text)
+    made = metric(m, "inferd_generation_tokens_total", model="tiny") - before
+    assert 5 < made < 3000
+    assert metric(m, "inferd_sequences_finished_total", model="tiny", reason="cancelled") == 1
+    # The conversation is kept in the browser.
+    page.reload()
+    page.wait_for_selector(".msg.assistant >> nth=1")
+    assert page.locator(".msg").count() == 4
+    saved = json.loads(page.evaluate("localStorage.getItem('inferd.chat')"))
+    assert [m["role"] for m in saved["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert saved["messages"][3]["stats"]["finish"] == "stopped"
+    page.click("#chat-clear")
+    assert page.locator(".msg").count() == 0
+    assert web.errors == []
+
+
+def test_json_schema_mode_gives_json_that_follows_the_schema(web):
+    page = web.go("chat")
+    page.wait_for_selector("#chat-model option[value=tiny]", state="attached")
+    page.select_option("#chat-mode", "json_schema")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    page.fill("#chat-schema", json.dumps(schema))
+    page.fill("#chat-max-tokens", "40")
+    page.fill("#chat-input", "answer in JSON")
+    page.click("#chat-send")
+    page.wait_for_selector(".msg.assistant .stats:has-text('finish')")
+    out = json.loads(page.inner_text(".msg.assistant .content"))
+    assert set(out) == {"ok"} and isinstance(out["ok"], bool)
+    assert web.errors == []
+
+
+def cosine(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_embeddings_page_shows_the_similarity_matrix(web, srv):
+    page = web.go("embeddings")
+    page.wait_for_selector("#emb-model option[value=tiny-embed]", state="attached")
+    texts = ["the cat sat", "a cat sat down", "stock markets fell"]
+    page.fill("#emb-texts", "\n".join(texts))
+    page.click("#emb-run")
+    page.wait_for_selector("table.heat td")
+    cells = page.eval_on_selector_all("table.heat td", "tds => tds.map(td => Number(td.dataset.value))")
+    assert len(cells) == 9
+    vecs = [d["embedding"] for d in httpx.post(srv.url + "/v1/embeddings",
+                                               json={"model": "tiny-embed", "input": texts}).json()["data"]]
+    for i in range(3):
+        for j in range(3):
+            assert abs(cells[i * 3 + j] - cosine(vecs[i], vecs[j])) < 1e-3
+    assert all(abs(cells[i * 4] - 1) < 1e-3 for i in range(3))
+    assert "3 vectors" in page.inner_text("main")
+    assert web.errors == []
+
+
+def test_models_page_shows_load_state_and_loads_and_unloads(web, srv):
+    for name in ("tiny-embed", "tiny"):
+        httpx.post(srv.url + "/admin/models/unload", json={"model": name})
+    wait_for(lambda: "tiny-embed" not in srv.service.registry.loaded, what="unloaded")
+    page = web.go("models")
+    row = "#models-rows tr[data-model='tiny-embed']"
+    page.wait_for_selector(f"{row}[data-loaded=false]")
+    assert page.inner_text(f"{row} .state") == "not loaded"
+    assert page.inner_text("#models-rows tr[data-model='fixed'] td:last-child") == "built in"
+    page.click(f"{row} button.load")
+    page.wait_for_selector(f"{row}[data-loaded=true]")
+    assert page.inner_text(f"{row} .state") == "loaded"
+    assert "tiny-embed" in srv.service.registry.loaded
+    assert page.inner_text(f"{row} .expires").startswith("4m")  # default keep-alive 5m, counting down
+    page.wait_for_selector("#load-info:has-text('slots')")
+    page.click(f"{row} button.unload")
+    page.wait_for_selector(f"{row}[data-loaded=false]")
+    assert "tiny-embed" not in srv.service.registry.loaded
+    assert page.locator(".charts canvas").count() == 3
+    assert web.errors == []
+
+
+def test_rerank_chunking_and_tabular_pages(web, srv):
+    page = web.go("rerank")
+    page.wait_for_selector("#rr-model option[value=tiny-rerank]", state="attached")
+    page.click("#rr-run")
+    page.wait_for_selector(".bars tr")
+    shown = page.eval_on_selector_all(".bars tr", "trs => trs.map(t => Number(t.dataset.index))")
+    docs = page.input_value("#rr-docs").split("\n")
+    api = httpx.post(srv.url + "/v1/rerank", json={"model": "tiny-rerank", "query": page.input_value("#rr-query"),
+                                                   "documents": docs}).json()
+    assert shown == [r["index"] for r in api["results"]]
+
+    page = web.go("chunking")
+    page.wait_for_selector("#ch-model option[value=fixed]", state="attached")
+    page.click("#ch-run")
+    page.wait_for_selector("#ch-out span.chunk")
+    api = httpx.post(srv.url + "/ai/v1/chunk", json={"input": page.input_value("#ch-text"), "config": {
+        "model": "fixed", "text": {"target_tokens": 20, "overlap_tokens": 0}}}).json()
+    assert page.locator("#ch-out mark").count() == len(api["data"]) > 1
+    starts = page.eval_on_selector_all("#ch-out span.chunk", "s => s.map(x => Number(x.dataset.start))")
+    assert starts == [c["start_char"] for c in api["data"]]
+
+    page = web.go("tabular")
+    page.wait_for_selector("#tab-form input")
+    inputs = page.locator("#tab-form input")
+    assert inputs.count() == 4
+    for i, v in enumerate([5.1, 3.5, 1.4, 0.2]):
+        inputs.nth(i).fill(str(v))
+    page.click("#tab-run")
+    page.wait_for_selector("#tab-out tr[data-output=setosa]")
+    assert page.inner_text("#tab-out tr[data-output=setosa] td:last-child") == "1.0000"
+    assert web.errors == []
+
+
+def test_api_key_is_asked_once_and_kept_for_the_session(browser, tmp_path):
+    d = models_dir(tmp_path, embedder=True)
+    with serve(models_dir=str(d), api_key="s3cret", threads=1) as s:
+        web = Page(browser, s.url)
+        try:
+            page = web.go("chat")
+            page.wait_for_selector("#keydlg[open]")
+            page.fill("#keyinput", "s3cret")
+            page.click("#keyok")
+            page.wait_for_selector("#chat-model option[value=tiny]", state="attached")
+            assert page.evaluate("sessionStorage.getItem('inferd.apiKey')") == "s3cret"
+            page = web.go("embeddings")
+            page.click("#emb-run")
+            page.wait_for_selector("table.heat td")
+            assert not page.is_visible("#keydlg")
+            # The one 401 that made the page ask; nothing else failed.
+            assert [e for e in web.errors if "401" not in e and "Unauthorized" not in e] == []
+        finally:
+            web.close()
+
+
+def test_phone_width_needs_no_horizontal_scrolling(browser, srv):
+    web = Page(browser, srv.url, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        for pid in PAGES:
+            page = web.go(pid)
+            page.wait_for_load_state("networkidle")
+            assert page.evaluate("document.documentElement.scrollWidth") <= 391, pid
+        assert web.errors == []
+    finally:
+        web.close()
+
+
+def test_reasoning_is_shown_apart_and_tool_calls_are_rendered(web):
+    from tests.chat_fixtures import THINK_TEMPLATE
+    from tests.test_reasoning_http import SPLIT
+    from tests.test_tools_http import WEATHER
+
+    page = web.go("chat")
+    page.wait_for_selector("#chat-model option[value=tiny]", state="attached")
+    page.check("#chat-thinking")
+    page.fill("#chat-extra", json.dumps({"chat_template": THINK_TEMPLATE, "grammar": SPLIT, "seed": 1}))
+    page.fill("#chat-max-tokens", "60")
+    page.fill("#chat-input", "think first")
+    page.click("#chat-send")
+    msg = page.wait_for_selector(".msg.assistant:not(.streaming):has(.stats:has-text('finish'))")
+    reasoning = msg.query_selector("details.reasoning")
+    assert reasoning.is_visible() and reasoning.get_attribute("open") is None  # collapsed once done
+    msg.query_selector("details.reasoning summary").click()
+    thought = msg.query_selector(".rtext").inner_text()
+    answer = msg.query_selector(".content").inner_text()
+    assert len(thought.split(" ")) == 2 and thought.islower()
+    assert answer[0].isupper() and answer.endswith(".") and "think>" not in thought + answer
+
+    page.click("#chat-clear")
+    page.uncheck("#chat-thinking")
+    page.fill("#chat-tools", json.dumps([WEATHER]))
+    page.fill("#chat-extra", json.dumps({"tool_choice": "required", "parallel_tool_calls": False, "seed": 2}))
+    page.fill("#chat-max-tokens", "200")
+    page.fill("#chat-input", "weather in Paris?")
+    page.click("#chat-send")
+    page.wait_for_selector(".msg.assistant .stats:has-text('finish: tool_calls')")
+    call = page.inner_text(".msg.assistant pre.tool-call")
+    assert call.startswith("get_weather(") and call.endswith(")")
+    args = json.loads(call[len("get_weather("):-1])
+    assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+    assert web.errors == []
