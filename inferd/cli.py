@@ -52,6 +52,14 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
+    a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
+    a("--max-media-bytes", type=int, help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
+    a("--allow-remote-media", action="store_const", const=True, default=None,
+      help="fetch http(s) image URLs named in requests (off: data stays on the host)")
+    a("--allow-private-media-urls", action="store_const", const=True, default=None,
+      help="with --allow-remote-media, also fetch from loopback and private addresses")
+    a("--media-fetch-timeout", type=float, help="seconds a remote image fetch may take (default 10)")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
                                        "here; needs --cluster-config and inferd[cluster]")
@@ -119,7 +127,8 @@ def cmd_models(ns: argparse.Namespace) -> int:
     found = discover_all(settings)
     Registry.build(found.specs, _no_loads)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
-             s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
+             s.source + (f" {s.path}" if s.path else "")
+             + (f" ({s.manifest['unsupported']})" if s.manifest.get("unsupported") else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     for r in [head, *rows]:

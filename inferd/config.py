@@ -103,6 +103,15 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
     prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
 
+    # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
+    data_dir: Path = Path("~/.inferd")
+    # Image inputs (scheduling/media.py): per-request byte cap, per-edge cap, remote fetches.
+    max_media_bytes: int = Field(100 * 1024 * 1024, ge=0)
+    max_image_dimension: int = Field(16384, ge=0)  # 0: no per-edge limit (the pixel budget still applies)
+    allow_remote_media: bool = False
+    allow_private_media_urls: bool = False
+    media_fetch_timeout: float = Field(10.0, gt=0)
+
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
@@ -126,7 +135,7 @@ class Settings(BaseSettings):
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
 
-    @field_validator("models_dir", "ml_dir", mode="after")
+    @field_validator("models_dir", "ml_dir", "data_dir", mode="after")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()

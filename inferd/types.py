@@ -161,3 +161,32 @@ class Generation:
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     created: float = field(default_factory=time.time)
+
+
+# ---- readers (OCR and document understanding: /ai/v1/read) ----------------------------------
+@dataclass
+class ReadItem:
+    """One image to read: RGB uint8 [height, width, 3], already admitted and decoded."""
+
+    image: Any
+    prompt: str | None = None           # a task prompt / question, for models that take one
+    max_tokens: int = 256
+    stop: Any = None                    # threading.Event set when the client went away: decoding stops
+
+
+@dataclass
+class TextRegion:
+    text: str
+    bbox: tuple[float, float, float, float]   # x1, y1, x2, y2 in source pixels
+    confidence: float
+    label: str | None = None
+
+
+@dataclass
+class ReadOutput:
+    text: str
+    fields: dict[str, str] | None = None      # Donut-style <s_key>value</s_key>, keys flattened with "."
+    regions: list[TextRegion] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens: list[int] = field(default_factory=list)  # generated token ids (encoder-decoder readers)

@@ -206,3 +206,24 @@ def whisper_tiny_en_transcriber() -> ModelSpec | None:
                      capabilities=frozenset(speech_capabilities(folder, "ctranslate2")),
                      manifest={"family": "whisper", "parameter_size": "39M", "quantization": "F16",
                                "language": "en", "license": "MIT"})
+
+# ---- reader: PP-OCRv6 small det + rec (+ the 0/180 line classifier) inside the rapidocr wheel ---
+_RAPIDOCR_MODELS = {"det": "PP-OCRv6_det_small.onnx", "rec": "PP-OCRv6_rec_small.onnx",
+                    "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx"}
+
+
+@provider
+def ppocr_reader() -> ModelSpec | None:
+    """`pp-ocr`: the models rapidocr 3.10 ships in its wheel (it would download any others;
+    inferd always passes these paths, so nothing is downloaded)."""
+    d = _package_dir("rapidocr")
+    if d is None:
+        return None
+    files = {k: d / "models" / v for k, v in _RAPIDOCR_MODELS.items()}
+    if not all(p.is_file() for p in files.values()):
+        return None
+    return ModelSpec(name="pp-ocr", kind=ModelKind.READER, format="onnx", path=d / "models", source="builtin",
+                     size_bytes=sum(p.stat().st_size for p in files.values()),
+                     capabilities=frozenset({"ocr", "regions"}),
+                     manifest={"reader": "ppocr", "family": "ppocr", "models": {k: str(p) for k, p in files.items()},
+                               "parameter_size": "PP-OCRv6 small"})

@@ -116,6 +116,13 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
             caps.add("sparse")
         if "sparse" not in caps:
             caps.add("dense")
+        dual = ("vision_model.onnx", "onnx/vision_model.onnx")
+        if path.is_dir() and any((folder / f).is_file() for f in dual):  # CLIP-style: texts and images
+            caps.add("image")
+    elif kind is ModelKind.READER:
+        from inferd.registry.readers import reader_capabilities
+
+        caps |= reader_capabilities(manifest)
     elif kind is ModelKind.RERANKER and not caps & {"late_interaction", "colbert"}:
         caps.add("cross_encoder")
     elif kind is ModelKind.TRANSCRIBER:
@@ -149,10 +156,16 @@ def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None)
         raise ValueError(f"{path}: no such file or folder")
     manifest = read_manifest(path) if path.is_dir() else {}
     fmt = manifest.get("format") or detect_format(path)
+    if fmt is None and kind is ModelKind.READER and path.is_dir() and (path / "config.json").is_file():
+        fmt = "transformers"  # e.g. a Florence-2 checkpoint: listed, and refused with its reason
     if fmt is None:
         raise ValueError(f"{path}: no model files found (.gguf, .onnx, tabular_model.json, "
                          "CTranslate2 model.bin, spaCy pipeline)")
     kind = kind or infer_kind(path, fmt, manifest)
+    if kind is ModelKind.READER:  # which reader runtime (or why none) is known from the files
+        from inferd.registry.readers import reader_info
+
+        manifest = {**manifest, **reader_info(path, manifest)}
     served = str(manifest.get("name") or name)
     size = sum(p.stat().st_size for p in _files(path))
     return ModelSpec(name=served, kind=kind, format=str(fmt), path=path, source=source, size_bytes=size,
