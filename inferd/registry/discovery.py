@@ -109,7 +109,7 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
         caps |= {"chat", "completion"}
         if path.is_dir() and (folder / "loras").is_dir():
             caps.add("lora")
-        if path.is_dir() and any(folder.glob("mmproj*.gguf")):
+        if manifest.get("mmproj") or (path.is_dir() and any(folder.glob("mmproj*.gguf"))):
             caps.add("vision")
     elif kind is ModelKind.EMBEDDER:
         if any("MaskedLM" in a for a in _architectures(folder)):
@@ -162,6 +162,10 @@ def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None)
         raise ValueError(f"{path}: no model files found (.gguf, .onnx, tabular_model.json, "
                          "CTranslate2 model.bin, spaCy pipeline)")
     kind = kind or infer_kind(path, fmt, manifest)
+    if kind is ModelKind.GENERATOR and path.is_dir() and not manifest.get("mmproj"):
+        projectors = sorted(path.glob("mmproj*.gguf"))  # the openai-server's rule: a projector beside the model
+        if projectors:
+            manifest = {**manifest, "mmproj": projectors[0].name}
     if kind is ModelKind.READER:  # which reader runtime (or why none) is known from the files
         from inferd.registry.readers import reader_info
 
@@ -245,16 +249,27 @@ def parse_model_arg(arg: str) -> tuple[ModelKind | None, str, Path]:
 
 
 def discover(models_dir: Path, ml_dir: Path, model_args: list[str],
-             check_predictor: PredictorCheck | None = None) -> Discovery:
+             check_predictor: PredictorCheck | None = None, mmproj: list[str] | None = None) -> Discovery:
+    """`mmproj`: projector files for the hand-registered generators, in their order."""
     out = Discovery()
     scan_models_dir(models_dir, out)
     scan_ml_dir(ml_dir, out, check_predictor)
+    projectors = [Path(p).expanduser() for p in mmproj or []]
     for arg in model_args:
         kind, name, path = parse_model_arg(arg)
         try:
-            out.specs.append(make_spec(name, path, "cli", kind))
+            spec = make_spec(name, path, "cli", kind)
         except ValueError as e:  # a model asked for by hand that is unusable is a start-up error
             raise ConfigError(f"--model {arg}: {e}") from e
+        if spec.kind is ModelKind.GENERATOR and projectors:
+            proj = projectors.pop(0)
+            if not proj.is_file():
+                raise ConfigError(f"--mmproj {proj}: no such file")
+            spec = dataclasses.replace(spec, manifest={**spec.manifest, "mmproj": str(proj.resolve())},
+                                       capabilities=spec.capabilities | {"vision"})
+        out.specs.append(spec)
+    if projectors:
+        raise ConfigError(f"--mmproj {projectors[0]}: no hand-registered generator (--model) left to pair it with")
     for p in out.problems:
         log.warning(p)
     return out

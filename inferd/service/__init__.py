@@ -37,10 +37,12 @@ from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
 from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
+from inferd.service import model_info
 from inferd.service.lora import LoraService
 from inferd.service.speech import SpeechLimits, SpeechService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
+from inferd.service.models import ModelManager
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
@@ -63,16 +65,17 @@ class InferenceService:
         self.observer.tracer = make_tracer(settings)
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
-        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics)
+        self.media = MediaAdmission(MediaLimits.from_settings(settings))
+        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media)
         self.encoders = EncoderService(self.catalog, registry, admission)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
         self.speech = SpeechService(self.catalog, registry, admission,
                                     SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
-        self.media = MediaAdmission(MediaLimits.from_settings(settings))
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
+        self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":
@@ -87,6 +90,7 @@ class InferenceService:
         self.registry.start()
 
     async def close(self) -> None:
+        self.models_mgr.close()
         await self.registry.close()
 
     # ---- catalog ------------------------------------------------------------------------------
@@ -113,6 +117,10 @@ class InferenceService:
         if entry is not None:
             state["size_bytes"] = entry.size_bytes
         return state
+
+    async def chat_template(self, spec: ModelSpec) -> str | None:
+        """The chat template requests to `spec` are rendered with (without loading it)."""
+        return await model_info.chat_template(self.registry, spec)
 
     def gauges(self) -> dict[str, float]:
         gauges: dict[str, float] = {
@@ -176,8 +184,8 @@ class InferenceService:
         return await self.reading.read(model, images, prompt, max_tokens)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
-                     keep_alive: float | None = None) -> RerankResult:
-        return await self.encoders.rerank(model, query, documents, keep_alive)
+                     keep_alive: float | None = None, param: str = "documents") -> RerankResult:
+        return await self.encoders.rerank(model, query, documents, keep_alive, param)
 
     async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
         return await self.chunking.chunk(text, model, cfg, threshold)

@@ -70,6 +70,8 @@ def embeddings_response(r: EmbedResult, items: list[Any], encoding_format: str, 
             data.append({"object": "embedding", "index": i, "embedding": vector(v, encoding_format)})
     out: dict[str, Any] = {"object": "list", "data": data, "model": r.model,
                            "usage": {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens}}
+    if r.truncated:  # Antfly keeps cutting long inputs, and says which ones it cut
+        out["truncated"] = r.truncated
     if per_item:
         out["errors"] = errors
         out["summary"] = {"total": len(items), "succeeded": len(data), "failed": len(errors)}

@@ -25,7 +25,7 @@ async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService 
 
 @router.post("/rerank")
 async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, req.prompts))
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, req.prompts, param="prompts"))
     return JSONResponse(convert.rerank_response(r))
 
 
