@@ -28,6 +28,7 @@ from inferd.extraction_types import (Classification, ClassificationSpec, Entity,
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
+from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.service.core import Catalog
 from inferd.service.handles import EncoderHandle, EncoderRuntime
 from inferd.types import ChatOptions, GenerateRequest, Generation, SamplingParams
@@ -84,8 +85,10 @@ def part_capabilities(spec: ModelSpec) -> set[str]:
 
 
 class ExtractionService:
-    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate):
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate,
+                 max_inputs: int = DEFAULT_MAX_BATCH_INPUTS):
         self.catalog, self.registry, self.admission, self._generate = catalog, registry, admission, generate
+        self.max_inputs = max_inputs  # --max-batch-inputs
 
     # ---- model choice ------------------------------------------------------------------------
     def resolve(self, model: str | None, schema: ExtractSchema) -> ModelSpec:
@@ -128,6 +131,7 @@ class ExtractionService:
     # ---- the verb ------------------------------------------------------------------------------
     async def extract(self, model: str | None, inputs: Sequence[str | InferdError], schema: ExtractSchema,
                       options: ExtractOptions, per_item: bool = False) -> ExtractResult:
+        check_input_count(len(inputs), self.max_inputs, "inputs")
         spec = self.resolve(model, schema)
         generator = self._check_parts(spec, schema)
         if len(schema.structures) * len(inputs) > MAX_STRUCTURE_JOBS:
