@@ -15,6 +15,7 @@ from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import extract_routes as antfly_extract
 from inferd.api.antfly import ml_routes as antfly_ml
+from inferd.api.antfly import rewrite_routes as antfly_rewrite
 from inferd.api.antfly import read_routes as antfly_read
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.antfly import transcribe_routes as antfly_transcribe
@@ -39,7 +40,8 @@ ROUTERS = [console.router, observe.router, control.router, openai_routes.router,
            antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
-           openai_audio.router, antfly_transcribe.router]
+           openai_audio.router, antfly_transcribe.router,
+           antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)

@@ -40,6 +40,7 @@ from inferd.service.loading import Loaders, runtime_options
 from inferd.service import model_info
 from inferd.service.lora import LoraService
 from inferd.service.speech import SpeechLimits, SpeechService
+from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
@@ -74,6 +75,7 @@ class InferenceService:
         self.tabular = TabularService(self.catalog, registry, admission)
         self.speech = SpeechService(self.catalog, registry, admission,
                                     SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
+        self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
@@ -204,4 +206,4 @@ class InferenceService:
 
 
 __all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult",
-           "available_backends", "discover_all"]
+           "RewriteResult", "available_backends", "discover_all"]

@@ -151,7 +151,7 @@ class ExtractionService:
             if spec.kind is not ModelKind.GENERATOR and set(schema.parts()) - {"structures"}:
                 async with self.registry.use(spec.name, [spec.kind]) as handle:
                     # A manifest may claim what the runtime cannot do: the runtime has the last word.
-                    can = getattr(handle.encoder, "capabilities", frozenset())
+                    can: frozenset[str] = getattr(handle.encoder, "capabilities", frozenset())
                     for p in set(schema.parts()) - {"structures"} - set(can):
                         raise CapabilityMissing(f"model '{spec.name}' cannot extract {p} (its runtime does "
                                                 f"{', '.join(sorted(can)) or 'nothing'})")
