@@ -96,7 +96,7 @@ class CtcRuntime:
             for row, i in enumerate(idx):
                 x[row, : len(waves[i])] = self._prepare(waves[i])
                 mask[row, : len(waves[i])] = 1
-            feed = {"input_values": x}
+            feed: dict[str, np.ndarray] = {"input_values": x}
             if self._mask_input:
                 feed["attention_mask"] = mask
             y = self.session.run([self.output], feed)[0]
@@ -134,7 +134,7 @@ class CtcRuntime:
                 if tok in _SPECIAL:  # <s>, </s>, <unk>: not text, and not a word break either
                     continue
                 if tok == self.delimiter:
-                    if cur:
+                    if cur and start is not None:
                         words.append(Word(" " + cur, c.offset + start * step, c.offset + (last + 1) * step, 1.0))
                         text_parts.append(cur)
                     cur, start = "", None
@@ -143,7 +143,7 @@ class CtcRuntime:
                     start = frame
                 cur += tok
                 last = frame
-            if cur:
+            if cur and start is not None:
                 words.append(Word(" " + cur, c.offset + start * step, c.offset + (last + 1) * step, 1.0))
                 text_parts.append(cur)
             res = ChunkResult(self.language, 1.0, tokens=tokens)

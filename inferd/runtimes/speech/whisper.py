@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from typing import Any
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -205,7 +206,7 @@ class WhisperRuntime:
                 groups.setdefault(r.language, []).append(i)
         for lang, idx in groups.items():
             sub = enc if len(idx) == len(out) else _rows(ctranslate2, enc, idx)
-            segs = [[{"seek": int(round(chunks[i].offset * fe.sampling_rate / fe.hop_length)), "start": s.start,
+            segs: list[list[dict[str, Any]]] = [[{"seek": int(round(chunks[i].offset * fe.sampling_rate / fe.hop_length)), "start": s.start,
                       "end": s.end, "tokens": s.tokens} for s in out[i].segments] for i in idx]
             self.model.add_word_timestamps(segs, self._tokenizer(lang, task), sub, [frames[i] for i in idx],
                                            PREPEND_PUNCTUATIONS, APPEND_PUNCTUATIONS, 0.0)
@@ -227,7 +228,7 @@ def compression_ratio(text: str) -> float:
 
 
 def split_by_timestamps(tokens: list[int], ts_begin: int, offset: float, duration: float,
-                        precision: float = 0.02) -> list[dict]:
+                        precision: float = 0.02) -> list[dict[str, Any]]:
     """Segments from one window's tokens. Two timestamp tokens in a row close a segment and
     open the next (Whisper's output format); without timestamps the window is one segment."""
     cuts = [i for i in range(1, len(tokens)) if tokens[i] >= ts_begin and tokens[i - 1] >= ts_begin]
@@ -240,7 +241,8 @@ def split_by_timestamps(tokens: list[int], ts_begin: int, offset: float, duratio
         return [{"start": offset, "end": offset + end, "tokens": tokens}]
     if single_end:
         cuts.append(len(tokens))
-    out, last = [], 0
+    out: list[dict[str, Any]] = []
+    last = 0
     for cut in cuts:
         part = tokens[last:cut]
         out.append({"start": offset + (part[0] - ts_begin) * precision,
