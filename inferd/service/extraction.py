@@ -205,12 +205,17 @@ class ExtractionService:
         live = self._live(ok, out)
         groups = await _prepare(lambda: [rt.prepare_entities(items[i], labels, options) for i in live],
                                 sum(len(items[i]) for i in live))
-        for i, g, res in zip(live, groups, await self._run(handle, groups)):
-            if isinstance(res, BaseException):
-                self._fail(out, i, res)
+        results = await self._run(handle, groups)
+        # Decoding (the span search) of long texts runs on a worker thread, as tokenizing does.
+        found = await _decode([None if isinstance(res, BaseException) else
+                               (lambda i=i, g=g, res=res: rt.entities(items[i], labels, options, g, res))
+                               for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
+        for i, g, res, ents in zip(live, groups, results, found):
+            if isinstance(res, BaseException) or isinstance(ents, InferdError):
+                self._fail(out, i, res if isinstance(res, BaseException) else ents)
                 continue
             result.prompt_tokens += sum(p.tokens for p in g)
-            out[i].entities = rt.entities(items[i], labels, options, g, res)
+            out[i].entities = ents
 
     async def _relations(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
                          result) -> None:
@@ -219,12 +224,17 @@ class ExtractionService:
         groups = await _prepare(
             lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live],
             sum(len(items[i]) for i in live))
-        for i, g, res in zip(live, groups, await self._run(handle, groups)):
-            if isinstance(res, BaseException):
-                self._fail(out, i, res)
+        results = await self._run(handle, groups)
+        found = await _decode([None if isinstance(res, BaseException) else
+                               (lambda i=i, g=g, res=res: rt.relations(items[i], out[i].entities, schema.relations,
+                                                                       options, g, res))
+                               for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
+        for i, g, res, rels in zip(live, groups, results, found):
+            if isinstance(res, BaseException) or isinstance(rels, InferdError):
+                self._fail(out, i, res if isinstance(res, BaseException) else rels)
                 continue
             result.prompt_tokens += sum(p.tokens for p in g)
-            out[i].relations = rt.relations(items[i], out[i].entities, schema.relations, options, g, res)
+            out[i].relations = rels
 
     async def _classify(self, handle: EncoderHandle[ClassifierRuntime], items, ok, out, schema, options,
                         result) -> None:
@@ -292,6 +302,21 @@ class ExtractionService:
 async def _prepare(fn: Callable[[], list[Any]], chars: int) -> list[Any]:
     """Tokenize on a worker thread, unless the inputs are small."""
     return fn() if chars <= _INLINE_CHARS else await asyncio.to_thread(fn)
+
+
+async def _decode(calls: list[Callable[[], Any] | None], chars: int) -> list[Any]:
+    """Each input's decode call (None: skipped), on a worker thread unless the inputs are
+    small; an input whose decode raises a domain error gets that error as its result."""
+    def run() -> list[Any]:
+        out: list[Any] = []
+        for call in calls:
+            try:
+                out.append(None if call is None else call())
+            except InferdError as e:
+                out.append(e)
+        return out
+
+    return run() if chars <= _INLINE_CHARS else await asyncio.to_thread(run)
 
 
 def _pick(c: ClassificationSpec, labels: list[str], scores: list[float], threshold: float) -> list[Classification]:
