@@ -64,7 +64,7 @@ def test_unknown_route_and_model_are_404_in_each_envelope(srv):
         assert_envelope("ollama", c.get("/api/nope"), 404, "no route")
         assert_envelope("antfly", c.get("/ai/v1/nope"), 404, "no route")
         b = assert_envelope("openai", c.get("/v1/models/ghost"), 404, "'ghost' not found")
-        assert b["error"]["type"] == "not_found_error"
+        assert b["error"]["type"] == "invalid_request_error" and b["error"]["code"] == "model_not_found"
         assert_envelope("ollama", c.post("/api/show", json={"model": "ghost"}), 404, "'ghost' not found")
         b = assert_envelope("antfly", c.post("/ai/v1/chunk", json={"input": "x", "config": {"model": "ghost"}}), 404)
         assert b["error"] == "MODEL_NOT_FOUND"

@@ -47,6 +47,8 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     msg = e.get("msg", "invalid value")
     if e.get("type") == "missing":
+        if param is None:  # the whole body is missing
+            return "a JSON request body is required", None
         return f"'{param}' is required", param
     more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
     return (f"{param}: {msg}" if param else msg) + more, param

@@ -25,7 +25,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     ModelNotSupported: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
     CapabilityMissing: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
     Unauthorized: (401, "authentication_error", "UNAUTHORIZED"),
-    ModelNotFound: (404, "not_found_error", "MODEL_NOT_FOUND"),
+    ModelNotFound: (404, "invalid_request_error", "MODEL_NOT_FOUND"),  # as OpenAI answers (API-NOTES)
     NotFound: (404, "not_found_error", "NOT_FOUND"),
     PayloadTooLarge: (413, "invalid_request_error", "PAYLOAD_TOO_LARGE"),
     Cancelled: (499, "cancelled", "CANCELLED"),

@@ -1,0 +1,123 @@
+"""Hostile and odd requests on the routes of the console, observability and extraction
+issues: each gets its family's error (never a 500) and bounded work (the server stays
+responsive). Found by the independent review of those issues."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from inferd.runtimes.extract import gliner
+from tests.extract_fixtures import TINY_GGUF, extract_srv, post  # noqa: F401
+from tests.server import serve
+
+
+@pytest.fixture(scope="module")
+def bare_srv():
+    with serve() as s:
+        yield s
+
+
+@pytest.mark.parametrize("path", ["/ui/%00", "/ui/a%00b.js", "/ui/" + "a" * 5000, "/ui/js/" + "b" * 300 + ".js"])
+def test_console_paths_the_os_refuses_are_404_not_500(bare_srv, path):
+    r = httpx.get(bare_srv.url + path)
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["code"] == "not_found"
+    assert len(r.json()["error"]["message"]) < 400  # the path is not echoed whole
+
+
+def test_console_page_is_public_with_an_api_key_but_the_api_is_not():
+    with serve(api_key="sekret") as s:
+        for path in ("/ui", "/ui/", "/ui/index.html"):
+            r = httpx.get(s.url + path)
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), (path, r.status_code)
+        for path in ("/metrics", "/load", "/slots", "/admin/models"):
+            assert httpx.get(s.url + path).status_code == 401, path
+        assert httpx.post(s.url + "/admin/drain").status_code == 401
+
+
+@pytest.mark.parametrize("path,family", [("/v1/embeddings", "openai"), ("/api/embed", "ollama"),
+                                         ("/ai/v1/extract", "antfly")])
+def test_a_missing_body_says_so(bare_srv, path, family):
+    r = httpx.post(bare_srv.url + path)
+    assert r.status_code == 400
+    b = r.json()
+    msg = {"openai": lambda: b["error"]["message"], "ollama": lambda: b["error"], "antfly": lambda: b["message"]}[family]()
+    assert msg == "a JSON request body is required"
+
+
+def test_unknown_model_is_openais_404_shape(bare_srv):
+    r = httpx.post(bare_srv.url + "/v1/chat/completions", json={"model": "ghost", "messages": [{"role": "user",
+                                                                                                "content": "hi"}]})
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["code"] == "model_not_found"
+    r = httpx.get(bare_srv.url + "/slots", params={"model": "ghost"})
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("schema,param", [
+    ({"entities": ["x" * 201]}, "schema.entities.0"),
+    ({"classifications": [{"name": "t", "labels": ["a", "y" * 201]}]}, "schema.classifications.0.labels.1"),
+])
+def test_extract_labels_are_bounded(extract_srv, schema, param):  # noqa: F811
+    r = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": "Bob"}], "schema": schema})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "INVALID_REQUEST" and param in r.json()["message"]
+
+
+def test_a_long_text_keeps_the_server_responsive(extract_srv):  # noqa: F811
+    """The span search of a long text ran on the event loop in time quadratic in the spans
+    kept: one 50,000-character input stalled every other request for tens of seconds."""
+    text = "Bob Smith works at Acme in Paris. " * 1500
+    box: dict = {}
+
+    def run() -> None:
+        box["r"] = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": text}],
+                                      "schema": {"entities": ["person", "org"]}, "options": {"threshold": 0.0}},
+                        timeout=180)
+
+    t = threading.Thread(target=run)
+    t.start()
+    worst = 0.0
+    while t.is_alive():
+        t0 = time.perf_counter()
+        assert httpx.get(extract_srv.url + "/healthz", timeout=60).status_code == 200
+        worst = max(worst, time.perf_counter() - t0)
+        time.sleep(0.2)
+    t.join()
+    r = box["r"]
+    assert r.status_code == 200, r.text
+    ents = r.json()["data"][0]["entities"]
+    assert len(ents) > 1000  # threshold 0, flat: spans tile the text
+    assert all(a["end"] <= b["start"] for a, b in zip(ents, ents[1:]))
+    assert worst < 5.0, f"/healthz took {worst:.1f}s while the extraction ran"
+
+
+def test_too_many_span_candidates_is_a_per_item_413(extract_srv, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(gliner, "MAX_SPAN_CANDIDATES", 40)
+    r = post(extract_srv, {"model": "tiny-gliner", "error_policy": "per_item",
+                           "inputs": [{"content": "Bob"}, {"content": "Bob Smith works at Acme in Paris. " * 4}],
+                           "schema": {"entities": ["person", "org"]}, "options": {"threshold": 0.0}})
+    assert r.status_code == 200, r.text
+    b = r.json()
+    assert [d["index"] for d in b["data"]] == [0] and b["data"][0]["entities"]
+    assert [(e["index"], e["code"]) for e in b["errors"]] == [(1, "PAYLOAD_TOO_LARGE")]
+    assert "threshold" in b["errors"][0]["message"]
+    r = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": "Bob Smith works at Acme. " * 4}],
+                           "schema": {"entities": ["person", "org"]}, "options": {"threshold": 0.0}})
+    assert r.status_code == 413 and r.json()["error"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_memory_budget_message_gives_small_sizes_truly(tmp_path):
+    g = tmp_path / "generators" / "tiny"
+    g.mkdir(parents=True)
+    (g / "model.gguf").symlink_to(TINY_GGUF.resolve())
+    with serve(models_dir=str(tmp_path), max_memory=300 * 1024) as s:
+        r = httpx.post(s.url + "/ai/v1/chat/completions", json={"model": "tiny", "messages": [
+            {"role": "user", "content": "hi"}]})
+        assert r.status_code == 507 and r.json()["error"] == "MEMORY_BUDGET_EXCEEDED"
+        assert "is 0.3 MiB" in r.json()["message"]
