@@ -121,3 +121,17 @@ def test_memory_budget_message_gives_small_sizes_truly(tmp_path):
             {"role": "user", "content": "hi"}]})
         assert r.status_code == 507 and r.json()["error"] == "MEMORY_BUDGET_EXCEEDED"
         assert "is 0.3 MiB" in r.json()["message"]
+
+
+def test_zero_shot_classification_passes_are_bounded(extract_srv):  # noqa: F811
+    """A zero-shot classifier scores each (text, label) pair in its own pass: 256 inputs x 16
+    classifications x 64 labels was 262,144 passes from a 100 KB request."""
+    labels = [f"topic {i}" for i in range(64)]
+    body = {"model": "tiny-nli", "inputs": [{"content": f"text {i}"} for i in range(65)],
+            "schema": {"classifications": [{"name": "a", "labels": labels}]}}
+    r = post(extract_srv, body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "INVALID_REQUEST" and "4096" in r.json()["message"]
+    body["inputs"] = body["inputs"][:2]
+    r = post(extract_srv, body)
+    assert r.status_code == 200 and len(r.json()["data"][0]["classifications"]) == 1

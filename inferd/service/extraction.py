@@ -39,6 +39,9 @@ MAX_CHARS = 100_000          # one input's text
 MAX_TOTAL_CHARS = 1_000_000  # all inputs of a request
 MAX_STRUCTURE_TOKENS = 4096
 MAX_STRUCTURE_JOBS = 256   # inputs x structures of one request (each is a generation)
+# Classifier passes of one request: inputs x classifications, and x labels for a zero-shot
+# (NLI) model, which scores each (text, label) pair in its own pass.
+MAX_CLASSIFY_PASSES = 4096
 _INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
 
@@ -241,6 +244,11 @@ class ExtractionService:
         rt = handle.encoder
         specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
         live = self._live(ok, out)
+        passes = len(live) * sum(len(labels) if getattr(rt, "zero_shot", False) else 1 for _, labels in specs)
+        if passes > MAX_CLASSIFY_PASSES:
+            raise InvalidInput(f"{len(live)} inputs x the classifications' labels need {passes} classifier passes; "
+                               f"the limit of one request is {MAX_CLASSIFY_PASSES} (send fewer inputs or labels)",
+                               "schema.classifications")
         groups = await _prepare(lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs],
                                 sum(len(items[i]) for i in live) * len(specs))
         res_all = await self._run(handle, groups)
