@@ -135,3 +135,36 @@ def test_zero_shot_classification_passes_are_bounded(extract_srv):  # noqa: F811
     body["inputs"] = body["inputs"][:2]
     r = post(extract_srv, body)
     assert r.status_code == 200 and len(r.json()["data"][0]["classifications"]) == 1
+
+
+def test_slots_fail_on_no_slot_is_503_only_when_every_slot_is_busy(extract_srv):  # noqa: F811
+    """llama-server's GET /slots?fail_on_no_slot=1; a bad value is a 400, never ignored."""
+    u = extract_srv.url
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(u + "/v1/chat/completions", json=chat, timeout=60).status_code == 200
+    r = httpx.get(u + "/slots", params={"model": "tiny", "fail_on_no_slot": 1})
+    assert r.status_code == 200 and any(not s["is_processing"] for s in r.json())
+    assert httpx.get(u + "/slots", params={"fail_on_no_slot": "maybe"}).status_code == 400
+    box: list = []
+    long = {**chat, "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    n = len(r.json())
+
+    def run() -> None:
+        with httpx.stream("POST", u + "/v1/chat/completions", json=long, timeout=120) as s:
+            box.append(sum(1 for _ in s.iter_lines()))
+
+    ts = [threading.Thread(target=run) for _ in range(n)]
+    for t in ts:
+        t.start()
+    seen = set()
+    deadline = time.time() + 60
+    while any(t.is_alive() for t in ts) and time.time() < deadline:
+        r = httpx.get(u + "/slots", params={"model": "tiny", "fail_on_no_slot": 1})
+        seen.add(r.status_code)
+        if r.status_code == 503:
+            assert r.json()["error"]["message"] == "no slot available" and r.headers["retry-after"]
+            break
+        time.sleep(0.02)
+    for t in ts:
+        t.join()
+    assert 503 in seen

@@ -110,10 +110,15 @@ async def load(svc: InferenceService = Depends(get_service)) -> dict:
 
 
 @router.get("/slots")
-async def slots(model: str | None = Query(None), svc: InferenceService = Depends(get_service)) -> list:
+async def slots(model: str | None = Query(None), fail_on_no_slot: bool = Query(False),
+                svc: InferenceService = Depends(get_service)) -> list:
     if model is not None:
         svc.registry.resolve(model, [ModelKind.GENERATOR])  # 404 unknown, 400 not a generator
-    return observer_of(svc).slots_view(model)
+    view = observer_of(svc).slots_view(model)
+    # llama-server's ?fail_on_no_slot=1: 503 when every slot is busy (a router's cheap probe).
+    if fail_on_no_slot and view and all(s["is_processing"] for s in view):
+        raise Overloaded("no slot available", 1000)
+    return view
 
 
 @router.post("/admin/drain", status_code=202)
