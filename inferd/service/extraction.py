@@ -14,6 +14,7 @@ other and with concurrent requests."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -150,7 +151,7 @@ class ExtractionService:
             if spec.kind is not ModelKind.GENERATOR and set(schema.parts()) - {"structures"}:
                 async with self.registry.use(spec.name, [spec.kind]) as handle:
                     # A manifest may claim what the runtime cannot do: the runtime has the last word.
-                    can = getattr(handle.encoder, "capabilities", frozenset())
+                    can: frozenset[str] = getattr(handle.encoder, "capabilities", frozenset())
                     for p in set(schema.parts()) - {"structures"} - set(can):
                         raise CapabilityMissing(f"model '{spec.name}' cannot extract {p} (its runtime does "
                                                 f"{', '.join(sorted(can)) or 'nothing'})")
@@ -211,7 +212,7 @@ class ExtractionService:
         results = await self._run(handle, groups)
         # Decoding (the span search) of long texts runs on a worker thread, as tokenizing does.
         found = await _decode([None if isinstance(res, BaseException) else
-                               (lambda i=i, g=g, res=res: rt.entities(items[i], labels, options, g, res))
+                               functools.partial(rt.entities, items[i], labels, options, g, res)
                                for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
         for i, g, res, ents in zip(live, groups, results, found):
             if isinstance(res, BaseException) or isinstance(ents, InferdError):
@@ -229,8 +230,8 @@ class ExtractionService:
             sum(len(items[i]) for i in live))
         results = await self._run(handle, groups)
         found = await _decode([None if isinstance(res, BaseException) else
-                               (lambda i=i, g=g, res=res: rt.relations(items[i], out[i].entities, schema.relations,
-                                                                       options, g, res))
+                               functools.partial(rt.relations, items[i], out[i].entities, schema.relations, options,
+                                                 g, res)
                                for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
         for i, g, res, rels in zip(live, groups, results, found):
             if isinstance(res, BaseException) or isinstance(rels, InferdError):

@@ -54,7 +54,7 @@ class ExtractSchemaWire(BaseModel):
 
 class ExtractOptionsWire(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     flat_ner: bool = True
     include_confidence: bool = True
     include_spans: bool = True
