@@ -91,6 +91,16 @@ class InferenceService:
     def is_loaded(self, name: str) -> bool:
         return self.catalog.is_loaded(name)
 
+    async def load_model(self, model: str) -> ModelSpec:
+        """Load any served model now (it then idles out by keep-alive)."""
+        spec = self.resolve(model)
+        async with self.registry.use(spec.name):
+            return spec
+
+    async def unload_model(self, model: str) -> bool:
+        """Unload now (a busy model goes when its last request ends); False: it was not loaded."""
+        return await self.registry.unload(self.resolve(model).name)
+
     def model_state(self, spec: ModelSpec) -> dict[str, Any]:
         """Per-model state for catalogs: LoRA adapter, whether it is loaded and, if so, its
         estimated resident size (the memory budget's figure)."""
