@@ -113,7 +113,7 @@ async def load(svc: InferenceService = Depends(get_service)) -> dict:
 async def slots(model: str | None = Query(None), fail_on_no_slot: bool = Query(False),
                 svc: InferenceService = Depends(get_service)) -> list:
     if model is not None:
-        svc.resolve(model, ModelKind.GENERATOR)  # 404 unknown, 400 not a generator
+        model = svc.resolve(model, ModelKind.GENERATOR).name  # 404 unknown, 400 not a generator
     view = observer_of(svc).slots_view(model)
     # llama-server's ?fail_on_no_slot=1: 503 when every slot is busy (a router's cheap probe).
     if fail_on_no_slot and view and all(s["is_processing"] for s in view):
