@@ -21,6 +21,7 @@ from inferd.runtimes.common.pooling import truncate_dims
 from inferd.scheduling.admission import Admission
 from inferd.service.core import Catalog
 from inferd.service.handles import EmbedderRuntime, EncoderHandle
+from inferd.service.limits import check_input_count
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
 # Text, token ids, or an item a face already found unservable (its error: fails the request
@@ -66,6 +67,7 @@ class EncoderService:
         spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
+        check_input_count(len(inputs), "input")
         if dimensions is not None and dimensions < 1:
             raise InvalidInput("dimensions must be at least 1", "dimensions")
         if not per_item:  # fail fast before any model work
@@ -117,6 +119,7 @@ class EncoderService:
             raise InvalidInput("'query' must not be empty", "query")
         if not documents:
             return RerankResult(spec.name, [], 0)
+        check_input_count(len(documents), "documents", "documents")
         async with self.admission.slot():
             async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as handle:
                 encs = await asyncio.to_thread(handle.encoder.prepare, query, list(documents))
