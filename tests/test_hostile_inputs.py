@@ -204,3 +204,10 @@ def test_rerank_document_count_is_capped(embed_srv):
     r = httpx.post(embed_srv.url + "/ai/v1/rerank", json={"model": "tiny-rerank", "query": "q",
                                                          "prompts": ["d"] * 2049}, timeout=60)
     assert r.status_code == 400 and r.json()["error"] == "INVALID_REQUEST"
+
+
+def test_admin_load_of_the_builtin_chunker_is_a_400(bare_srv):
+    r = httpx.post(bare_srv.url + "/admin/models/load", json={"model": "fixed"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_supported", r.text
+    r = httpx.post(bare_srv.url + "/admin/models/load", json={"model": "ghost"})
+    assert r.status_code == 404

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import InferdError
+from inferd.errors import InferdError, ModelNotSupported
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
 from inferd.observability.drain import Drain
@@ -94,6 +94,8 @@ class InferenceService:
     async def load_model(self, model: str) -> ModelSpec:
         """Load any served model now (it then idles out by keep-alive)."""
         spec = self.resolve(model)
+        if spec.format == "builtin" and spec.path is None:  # the `fixed` chunker: code, no weights
+            raise ModelNotSupported(f"'{spec.name}' is built into the server and has nothing to load")
         async with self.registry.use(spec.name):
             return spec
 
