@@ -25,6 +25,8 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     a("--ml-dir", help="tabular predictors folder (default ~/.inferd/ml)")
     a("--model", action="append", dest="models", metavar="[KIND:]NAME=PATH",
       help="serve one more model by hand; repeatable")
+    a("--mmproj", action="append", dest="mmproj", metavar="FILE",
+      help="vision projector (mmproj GGUF) of a --model generator, paired in order; repeatable")
     a("--no-builtins", action="store_const", const=False, dest="builtins",
       help="serve only configured models (plus the `fixed` chunker)")
 
@@ -50,7 +52,17 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
+    a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
+    a("--max-media-bytes", type=int, help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
+    a("--allow-remote-media", action="store_const", const=True, default=None,
+      help="fetch http(s) image URLs named in requests (off: data stays on the host)")
+    a("--allow-private-media-urls", action="store_const", const=True, default=None,
+      help="with --allow-remote-media, also fetch from loopback and private addresses")
+    a("--media-fetch-timeout", type=float, help="seconds a remote image fetch may take (default 10)")
     a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--max-file-bytes", type=int, help="largest uploaded file (default 32 MiB)")
+    a("--max-files-total-bytes", type=int, help="quota of all uploaded files (default 1 GiB)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
                                        "here; needs --cluster-config and inferd[cluster]")
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
@@ -74,11 +86,14 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from inferd.api.app import create_app
     from inferd.logs import setup_logging
     from inferd.observability.server import DrainingServer
+    from inferd.registry.pull.cli import prepare_serve
     from inferd.service import InferenceService
 
     settings = _settings(ns)
     settings.check_bind()
     setup_logging(settings.log_level, settings.log_format)
+    if (rc := prepare_serve(ns, settings)) is not None:  # --hf / --gguf / --print-path
+        return rc
     if getattr(ns, "ray", None):
         from inferd.cluster.cli import serve_on_ray
 
@@ -117,7 +132,9 @@ def cmd_models(ns: argparse.Namespace) -> int:
     found = discover_all(settings)
     Registry.build(found.specs, _no_loads)  # duplicate names are an error here too
     rows = [(s.name, s.kind.value, s.format, _human(s.size_bytes) if s.size_bytes else "-",
-             s.source + (f" {s.path}" if s.path else "")) for s in found.specs]
+             s.source + (f" ({s.manifest['origin']})" if s.manifest.get("origin") else "")
+             + (f" {s.path}" if s.path else "")
+             + (f" ({s.manifest['unsupported']})" if s.manifest.get("unsupported") else "")) for s in found.specs]
     head = ("NAME", "KIND", "FORMAT", "SIZE", "SOURCE")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     for r in [head, *rows]:
@@ -134,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the HTTP server")
     _add_settings_flags(serve)
     _serve_flags(serve)
+    from inferd.registry.pull.cli import add_serve_flags
+
+    add_serve_flags(serve)
     serve.set_defaults(func=cmd_serve)
     models = sub.add_parser("models", help="list the models the server would serve")
     _add_settings_flags(models)
@@ -147,9 +167,10 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands contributed by other modules: fn(subparsers) -> None. Imported here, not
     at the top, so `inferd serve` pays for none of them."""
     from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
+    from inferd.registry.pull.cli import register as pull  # light: huggingface_hub is imported on use
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import, cluster]
+    return [ml_import, cluster, pull]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     models_dir: Path = Path("~/.inferd/models")
     ml_dir: Path = Path("~/.inferd/ml")
     models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    mmproj: Annotated[list[str], NoDecode] = Field(default_factory=list)  # projectors of --model generators
     api_key: SecretStr | None = None
     allow_insecure_public_bind: bool = False
     builtins: bool = True
@@ -101,6 +102,20 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
     prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
 
+    # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
+    data_dir: Path = Path("~/.inferd")
+    # Image inputs (scheduling/media.py): per-request byte cap, per-edge cap, remote fetches.
+    max_media_bytes: int = Field(100 * 1024 * 1024, ge=0)
+    max_image_dimension: int = Field(16384, ge=0)  # 0: no per-edge limit (the pixel budget still applies)
+    allow_remote_media: bool = False
+    allow_private_media_urls: bool = False
+    media_fetch_timeout: float = Field(10.0, gt=0)
+    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
+    allow_downloads: bool = False               # a request naming a model that is not local may pull it
+    download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
+    ollama_registry: str = "https://registry.ollama.ai"
+
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
@@ -109,7 +124,7 @@ class Settings(BaseSettings):
     slots_show_prompts: bool = False            # GET /slots shows each slot's cached text
     otlp_endpoint: str | None = None            # OpenTelemetry OTLP/HTTP collector (needs the otel extra)
 
-    @field_validator("models", "cors_origins", mode="before")
+    @field_validator("models", "mmproj", "cors_origins", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> list[str]:
         return _split_list(v)
@@ -124,7 +139,7 @@ class Settings(BaseSettings):
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
 
-    @field_validator("models_dir", "ml_dir", mode="after")
+    @field_validator("models_dir", "ml_dir", "data_dir", mode="after")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()

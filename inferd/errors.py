@@ -93,6 +93,16 @@ class MemoryBudgetExceeded(InferdError):
     """A model does not fit the memory budget (--max-memory) even after evicting idle models."""
 
 
+class UpstreamFailed(InferdError):
+    """A model source (Hugging Face Hub, an Ollama registry) failed or sent bad bytes."""
+
+    retryable = True
+
+
+class InsufficientStorage(InferdError):
+    """Not enough disk space for a download."""
+
+
 class Cancelled(InferdError):
     """The client went away or /stop was called; nobody is waiting for an answer."""
 

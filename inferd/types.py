@@ -6,7 +6,7 @@ about HTTP or about one API family."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ class GenerateRequest:
     # False: it is a 400 (OpenAI).
     clamp_to_context: bool = False
     num_ctx: int | None = None          # a smaller context window for this request
+    n: int = 1                          # choices: the prompt is prefilled once, then n sequences decode
     keep_alive: float | None = None     # seconds to keep the model loaded afterwards
     created: float = field(default_factory=time.time)
 
@@ -128,6 +129,16 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
+def total_usage(usages: list[Usage]) -> Usage:
+    """n > 1: the prompt once, every choice's completion tokens, the slowest choice's times."""
+    if len(usages) == 1:
+        return usages[0]
+    u = replace(usages[0], completion_tokens=sum(x.completion_tokens for x in usages))
+    u.total_seconds = max(x.total_seconds for x in usages)
+    u.generation_seconds = max(x.generation_seconds for x in usages)
+    return u
+
+
 @dataclass
 class Delta:
     """What one engine step produced for one sequence. `text` is safe to show (complete
@@ -144,6 +155,7 @@ class Delta:
     # separately (text that is part of a call is never in `text`).
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    index: int = 0                      # which choice (n > 1)
 
 
 @dataclass
@@ -161,3 +173,51 @@ class Generation:
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     created: float = field(default_factory=time.time)
+    index: int = 0
+    # n > 1: choices 1..n-1 (each a Generation with its own text, finish_reason, logprobs);
+    # `usage` of the first counts the prompt once and the completions of all of them.
+    choices: list["Generation"] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Image:
+    """A decoded RGB image for a vision generator (8-bit, row-major, height x width x 3)."""
+
+    rgb: bytes
+    width: int
+    height: int
+
+    @property
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.rgb + f"{self.width}x{self.height}".encode()).hexdigest()
+
+
+# ---- readers (OCR and document understanding: /ai/v1/read) ----------------------------------
+@dataclass
+class ReadItem:
+    """One image to read: RGB uint8 [height, width, 3], already admitted and decoded."""
+
+    image: Any
+    prompt: str | None = None           # a task prompt / question, for models that take one
+    max_tokens: int = 256
+    stop: Any = None                    # threading.Event set when the client went away: decoding stops
+
+
+@dataclass
+class TextRegion:
+    text: str
+    bbox: tuple[float, float, float, float]   # x1, y1, x2, y2 in source pixels
+    confidence: float
+    label: str | None = None
+
+
+@dataclass
+class ReadOutput:
+    text: str
+    fields: dict[str, str] | None = None      # Donut-style <s_key>value</s_key>, keys flattened with "."
+    regions: list[TextRegion] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens: list[int] = field(default_factory=list)  # generated token ids (encoder-decoder readers)

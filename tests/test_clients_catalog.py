@@ -28,7 +28,7 @@ def test_openai_client_lists_and_gets_models(srv):
 def test_ollama_client_lists_models(srv):
     client = ollama.Client(host=srv.url, headers={"Authorization": "Bearer k"})
     listed = client.list()
-    assert [m.model for m in listed.models] == ["tiny"]
+    assert [m.model for m in listed.models] == ["tiny:latest"]  # Ollama names are name:tag
     assert listed.models[0].details.format == "gguf" and listed.models[0].size > 400_000
     assert client.ps().models == []
     with pytest.raises(ollama.ResponseError) as e:

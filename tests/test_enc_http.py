@@ -84,12 +84,14 @@ def test_openai_wire_details(srv):
 
 def test_openai_sparse_embeddings(srv):
     ref = REF["tiny-bert-splade"]
-    r = post(srv, "/v1/embeddings", {"model": "tiny-splade", "input": ref["sentences"][:3]}).json()
+    r = post(srv, "/ai/v1/embeddings", {"model": "tiny-splade", "input": ref["sentences"][:3]}).json()
     for got, want in zip(r["data"], ref["sparse"]):
         assert got["embedding"]["indices"] == want["indices"]
         np.testing.assert_allclose(got["embedding"]["values"], want["values"], atol=TOL)
-    b64 = post(srv, "/v1/embeddings", {"model": "tiny-splade", "input": "x", "encoding_format": "base64"})
-    assert b64.status_code == 400 and "sparse" in b64.json()["error"]["message"]
+    # OpenAI's `embedding` is an array of numbers: a sparse model is a 400 pointing to /ai/v1
+    for fmt in ("float", "base64"):
+        b = post(srv, "/v1/embeddings", {"model": "tiny-splade", "input": "x", "encoding_format": fmt})
+        assert b.status_code == 400 and "/ai/v1/embeddings" in b.json()["error"]["message"]
 
 
 # ---- Ollama ----------------------------------------------------------------------------------
@@ -97,7 +99,7 @@ def test_ollama_client_embed(srv):
     client = ollama.Client(host=srv.url)
     r = client.embed(model="tiny-embed", input=EMB["sentences"][:3])
     np.testing.assert_allclose(np.array(r.embeddings), np.array(EMB["mean"][:3]), atol=TOL)
-    assert r.model == "tiny-embed" and r.prompt_eval_count == sum(EMB["token_counts"][:3])
+    assert r.model == "tiny-embed:latest" and r.prompt_eval_count == sum(EMB["token_counts"][:3])
     single = client.embed(model="tiny-embed", input=EMB["sentences"][0])
     np.testing.assert_allclose(single.embeddings[0], EMB["mean"][0], atol=TOL)
     legacy = client.embeddings(model="tiny-embed", prompt=EMB["sentences"][1])

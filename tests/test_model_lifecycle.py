@@ -51,7 +51,7 @@ def test_concurrent_first_requests_load_once_and_ps_shows_expiry():
         entry = s.service.registry.loaded["tiny"]
         assert s.service.registry.loads == 1 and entry.load_seconds > 0  # loader calls, not dict entries
         ps = httpx.get(s.url + "/api/ps").json()["models"]
-        assert [m["name"] for m in ps] == ["tiny"]
+        assert [m["name"] for m in ps] == ["tiny:latest"]
         expires = dt.datetime.fromisoformat(ps[0]["expires_at"].replace("Z", "+00:00"))
         assert dt.timedelta(minutes=9) < expires - t0 < dt.timedelta(minutes=11)
         # Ollama's keep_alive: 0 unloads after the request.

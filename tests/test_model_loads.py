@@ -177,7 +177,7 @@ def test_memory_budget_over_http_is_507_in_every_family_and_ps_shows_sizes():
         size = s.service.registry.loaded["tiny"].size_bytes
         assert size > 445_408  # weights plus the KV cache estimate
         ps = httpx.get(s.url + "/api/ps").json()["models"]
-        assert ps[0]["name"] == "tiny" and ps[0]["size"] == size
+        assert ps[0]["name"] == "tiny:latest" and ps[0]["size"] == size
         entry = httpx.get(s.url + "/ai/v1/models").json()["generators"]["tiny"]
         assert entry["loaded"] is True and entry["size_bytes"] == size
         # A budget for one model: loading the second evicts the idle first.

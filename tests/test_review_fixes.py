@@ -48,11 +48,11 @@ def test_huge_keep_alive_shows_as_forever_in_ps(srv):
     assert r.status_code == 200 and r.json()["done_reason"] == "load"
     ps = httpx.get(srv.url + "/api/ps")
     assert ps.status_code == 200, ps.text  # was a 500: the expiry is beyond datetime's range
-    (m,) = [m for m in ps.json()["models"] if m["name"] == "tiny"]
+    (m,) = [m for m in ps.json()["models"] if m["name"] == "tiny:latest"]
     assert m["expires_at"] == "2318-01-01T00:00:00Z"
     finite = httpx.post(srv.url + "/api/generate", json={"model": "tiny", "keep_alive": "5m"}, timeout=30)
     assert finite.status_code == 200
-    (m,) = [m for m in httpx.get(srv.url + "/api/ps").json()["models"] if m["name"] == "tiny"]
+    (m,) = [m for m in httpx.get(srv.url + "/api/ps").json()["models"] if m["name"] == "tiny:latest"]
     expires = dt.datetime.fromisoformat(m["expires_at"].replace("Z", "+00:00"))
     assert 200 < (expires - dt.datetime.now(dt.timezone.utc)).total_seconds() <= 301
 

@@ -15,6 +15,7 @@ from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import extract_routes as antfly_extract
 from inferd.api.antfly import ml_routes as antfly_ml
+from inferd.api.antfly import read_routes as antfly_read
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
@@ -22,6 +23,9 @@ from inferd.api.ollama import embed_routes as ollama_embed
 from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
 from inferd.api.openai import embed_routes as openai_embed
+from inferd.api.openai import files_routes as openai_files
+from inferd.api import models_routes
+from inferd.api.ollama import manage_routes as ollama_manage
 from inferd.api.openai import gen_routes as openai_gen
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
@@ -31,7 +35,10 @@ from inferd.service import InferenceService
 ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
            antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
-           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router]
+           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router]
+ROUTERS.append(openai_files.router)
+ROUTERS.append(ollama_manage.router)
+ROUTERS.append(models_routes.router)
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -15,6 +15,7 @@ from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Inferd
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized)
+from inferd.errors import InsufficientStorage, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
 
@@ -25,16 +26,19 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     ModelNotSupported: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
     CapabilityMissing: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
     Unauthorized: (401, "authentication_error", "UNAUTHORIZED"),
-    ModelNotFound: (404, "invalid_request_error", "MODEL_NOT_FOUND"),  # as OpenAI answers (API-NOTES)
+    # OpenAI answers an unknown model with invalid_request_error / model_not_found (still 404).
+    ModelNotFound: (404, "invalid_request_error", "MODEL_NOT_FOUND"),
     NotFound: (404, "not_found_error", "NOT_FOUND"),
     PayloadTooLarge: (413, "invalid_request_error", "PAYLOAD_TOO_LARGE"),
     Cancelled: (499, "cancelled", "CANCELLED"),
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
+    UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),
     Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     ModelUnloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     MemoryBudgetExceeded: (507, "server_error", "MEMORY_BUDGET_EXCEEDED"),
+    InsufficientStorage: (507, "server_error", "INSUFFICIENT_STORAGE"),
 }
 _INTERNAL = (500, "server_error", "INTERNAL_ERROR")
 

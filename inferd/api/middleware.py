@@ -81,7 +81,8 @@ class BodyLimit:
         return PayloadTooLarge(f"request body exceeds the limit of {self.max} bytes (--max-body-bytes)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith("/api/blobs/"):
+            # Ollama blob uploads are model weights (GBs), streamed to disk and checked there.
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max:

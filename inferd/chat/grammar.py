@@ -104,8 +104,12 @@ def response_format_grammar(response_format, *, param: str = "response_format",
         return None
     if kind == "json_object":
         # llama-server's extension: a schema next to json_object constrains it further.
-        if isinstance(response_format.get("schema"), (dict, bool)):
-            return json_schema_grammar(response_format["schema"], param=param, reasoning=reasoning)
+        if "schema" in response_format and response_format["schema"] is not None:
+            schema = response_format["schema"]
+            if not isinstance(schema, (dict, bool)):  # as under json_schema: never silently dropped
+                raise InvalidInput("response_format.schema must be a JSON schema (an object or a boolean), "
+                                   f"not {type(schema).__name__}", param=param)
+            return json_schema_grammar(schema, param=param, reasoning=reasoning)
         return json_object_grammar(param=param, reasoning=reasoning)
     if kind == "json_schema":
         spec = response_format.get("json_schema")

@@ -61,7 +61,7 @@ class ChatOutputParser:
         self._reasoning, self._content = [], []
         self._calls: list[ToolCall] = []
 
-    def _route(self, reasoning: str, content: str, final: bool) -> ChatDelta:
+    def _route(self, reasoning: str, content: str, final: bool, cut: bool = False) -> ChatDelta:
         d = ChatDelta(reasoning=reasoning if self._include else "")
         if self._tools is None:
             d.content = content
@@ -69,7 +69,7 @@ class ChatOutputParser:
             p = self._tools.feed(content)
             d.content, d.tool_calls = p.content, list(p.calls)
             if final:
-                p = self._tools.finish()
+                p = self._tools.finish(cut)
                 d.content += p.content
                 d.tool_calls += p.calls
         self._reasoning.append(d.reasoning)
@@ -80,8 +80,9 @@ class ChatOutputParser:
     def feed(self, text: str) -> ChatDelta:
         return self._route(*self._split.feed(text), final=False)
 
-    def finish(self) -> ChatDelta:
-        return self._route(*self._split.finish(), final=True)
+    def finish(self, cut: bool = False) -> ChatDelta:
+        """`cut`: the output ended on max_tokens / a full context, not by the model's choice."""
+        return self._route(*self._split.finish(), final=True, cut=cut)
 
     def result(self) -> ChatResult:
         content, reasoning = "".join(self._content), "".join(self._reasoning)

@@ -13,6 +13,8 @@ import json
 from typing import Any
 
 import jinja2
+import jinja2.ext
+import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from inferd.chat.tools import REASONING_FIELDS  # output-only: never replayed into a prompt
@@ -48,6 +50,23 @@ def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
+def _clock() -> dt.datetime:
+    """Now, for `strftime_now` and `date_string` (tests freeze it)."""
+    return dt.datetime.now()
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` (it marks the assistant's tokens
+    for training masks); rendering, it is just its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
 def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False,
             ensure_ascii: bool = False) -> str:
     return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
@@ -55,10 +74,12 @@ def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: b
 
 @functools.lru_cache(maxsize=64)
 def compile_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols", _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: dt.datetime.now().strftime(fmt)
+    env.globals["strftime_now"] = lambda fmt: _clock().strftime(fmt)
+    env.globals["dict"] = dict  # transformers exposes it (some templates build dicts with it)
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
@@ -108,9 +129,16 @@ def render_chat(template: str | None, messages: list[dict[str, Any]], *, bos_tok
         raise InvalidInput("'messages' must not be empty", "messages")
     variables = dict(kwargs)
     variables.update(messages=normalize_messages(messages), bos_token=bos_token, eos_token=eos_token,
-                     add_generation_prompt=add_generation_prompt)
-    if tools:
-        variables["tools"] = tools
+                     add_generation_prompt=add_generation_prompt, tools=tools or None)
+    # As transformers' apply_chat_template: `tools` and `documents` are always defined (None
+    # when absent; templates test `tools is not none`). As llama.cpp: today's date for
+    # Llama 3.x (`date_string`) and firefunction (`datetime`, `functions`), so no template
+    # falls back to a date written into it or fails on a variable it expects.
+    now = _clock()
+    variables.setdefault("documents", None)
+    variables.setdefault("date_string", now.strftime("%d %b %Y"))
+    variables.setdefault("datetime", now.strftime("%b %d %Y %H:%M:%S GMT"))
+    variables.setdefault("functions", json.dumps(tools or [], indent=2))
     try:
         return compile_template(template).render(**variables)
     except InvalidInput:

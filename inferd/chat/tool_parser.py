@@ -106,14 +106,17 @@ class ToolCallStreamParser:
         self._advance(final=False)
         return self._out
 
-    def finish(self) -> ParsedDelta:
+    def finish(self, cut: bool = False) -> ParsedDelta:
+        """`cut`: the output was cut short (max_tokens, a full context). A call it cut off
+        is dropped rather than given back as content: it is call text, never an answer,
+        and complete calls before it stay."""
         self._out = ParsedDelta()
-        self._advance(final=True)
+        self._advance(final=True, cut=cut)
         if self._mode == "hermes":
             calls = self._hermes_block(self._buf[len(HERMES_OPEN):])  # closed by EOS, not by its tag
-            self._take(calls, self._buf)
+            self._take(calls, self._buf, drop=cut)
         elif self._mode == "tail":
-            self._take(self._tail_calls(self._buf), self._buf)
+            self._take(self._tail_calls(self._buf), self._buf, drop=cut)
         self._buf = ""
         if not self.calls and self._pending_ws:
             self._out.content += self._pending_ws
@@ -142,14 +145,14 @@ class ToolCallStreamParser:
         self._pending_ws = ""
         return call
 
-    def _take(self, calls: list[tuple[str, dict]] | None, raw: str):
+    def _take(self, calls: list[tuple[str, dict]] | None, raw: str, drop: bool = False):
         if calls:
             for name, args in calls:
                 self._add(name, args)
-        else:
+        elif not drop:
             self._emit(raw)
 
-    def _advance(self, final: bool):
+    def _advance(self, final: bool, cut: bool = False):
         while self._buf:
             if self._mode == "content":
                 if not self._started and not self._json_checked:
@@ -167,9 +170,9 @@ class ToolCallStreamParser:
                     self._buf = self._buf[k:]
                     self._mode = "hermes" if marker == HERMES_OPEN else "tail"
                     continue
-                hold = 0 if final else held_suffix_len(self._buf, _MARKERS)
+                hold = 0 if final and not cut else held_suffix_len(self._buf, _MARKERS)
                 self._emit(self._buf[:len(self._buf) - hold])
-                self._buf = self._buf[len(self._buf) - hold:]
+                self._buf = "" if final else self._buf[len(self._buf) - hold:]  # cut: a marker's start goes
                 return
             if self._mode == "hermes":
                 k = self._buf.find(HERMES_CLOSE)

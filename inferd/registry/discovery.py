@@ -109,13 +109,20 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
         caps |= {"chat", "completion"}
         if path.is_dir() and (folder / "loras").is_dir():
             caps.add("lora")
-        if path.is_dir() and any(folder.glob("mmproj*.gguf")):
+        if manifest.get("mmproj") or (path.is_dir() and any(folder.glob("mmproj*.gguf"))):
             caps.add("vision")
     elif kind is ModelKind.EMBEDDER:
         if any("MaskedLM" in a for a in _architectures(folder)):
             caps.add("sparse")
         if "sparse" not in caps:
             caps.add("dense")
+        dual = ("vision_model.onnx", "onnx/vision_model.onnx")
+        if path.is_dir() and any((folder / f).is_file() for f in dual):  # CLIP-style: texts and images
+            caps.add("image")
+    elif kind is ModelKind.READER:
+        from inferd.registry.readers import reader_capabilities
+
+        caps |= reader_capabilities(manifest)
     elif kind is ModelKind.RERANKER and not caps & {"late_interaction", "colbert"}:
         caps.add("cross_encoder")
     elif kind in (ModelKind.EXTRACTOR, ModelKind.CLASSIFIER):
@@ -131,10 +138,20 @@ def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None)
         raise ValueError(f"{path}: no such file or folder")
     manifest = read_manifest(path) if path.is_dir() else {}
     fmt = manifest.get("format") or detect_format(path)
+    if fmt is None and kind is ModelKind.READER and path.is_dir() and (path / "config.json").is_file():
+        fmt = "transformers"  # e.g. a Florence-2 checkpoint: listed, and refused with its reason
     if fmt is None:
         raise ValueError(f"{path}: no model files found (.gguf, .onnx, tabular_model.json, "
                          "CTranslate2 model.bin, spaCy pipeline)")
     kind = kind or infer_kind(path, fmt, manifest)
+    if kind is ModelKind.GENERATOR and path.is_dir() and not manifest.get("mmproj"):
+        projectors = sorted(path.glob("mmproj*.gguf"))  # the openai-server's rule: a projector beside the model
+        if projectors:
+            manifest = {**manifest, "mmproj": projectors[0].name}
+    if kind is ModelKind.READER:  # which reader runtime (or why none) is known from the files
+        from inferd.registry.readers import reader_info
+
+        manifest = {**manifest, **reader_info(path, manifest)}
     served = str(manifest.get("name") or name)
     size = sum(p.stat().st_size for p in _files(path))
     return ModelSpec(name=served, kind=kind, format=str(fmt), path=path, source=source, size_bytes=size,
@@ -214,16 +231,27 @@ def parse_model_arg(arg: str) -> tuple[ModelKind | None, str, Path]:
 
 
 def discover(models_dir: Path, ml_dir: Path, model_args: list[str],
-             check_predictor: PredictorCheck | None = None) -> Discovery:
+             check_predictor: PredictorCheck | None = None, mmproj: list[str] | None = None) -> Discovery:
+    """`mmproj`: projector files for the hand-registered generators, in their order."""
     out = Discovery()
     scan_models_dir(models_dir, out)
     scan_ml_dir(ml_dir, out, check_predictor)
+    projectors = [Path(p).expanduser() for p in mmproj or []]
     for arg in model_args:
         kind, name, path = parse_model_arg(arg)
         try:
-            out.specs.append(make_spec(name, path, "cli", kind))
+            spec = make_spec(name, path, "cli", kind)
         except ValueError as e:  # a model asked for by hand that is unusable is a start-up error
             raise ConfigError(f"--model {arg}: {e}") from e
+        if spec.kind is ModelKind.GENERATOR and projectors:
+            proj = projectors.pop(0)
+            if not proj.is_file():
+                raise ConfigError(f"--mmproj {proj}: no such file")
+            spec = dataclasses.replace(spec, manifest={**spec.manifest, "mmproj": str(proj.resolve())},
+                                       capabilities=spec.capabilities | {"vision"})
+        out.specs.append(spec)
+    if projectors:
+        raise ConfigError(f"--mmproj {projectors[0]}: no hand-registered generator (--model) left to pair it with")
     for p in out.problems:
         log.warning(p)
     return out

@@ -20,13 +20,14 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.errors import (ConfigError, InferdError, InvalidInput, MemoryBudgetExceeded, ModelLoadFailed,
                            ModelNotFound, ModelNotSupported)
 from inferd.observability.context import note_model
+from inferd.registry.pull.names import aliases as name_aliases
 from inferd.registry.spec import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd.registry")
@@ -64,6 +65,14 @@ class Registry:
     _loading: dict[str, asyncio.Task] = field(default_factory=dict)
     _load_gate: asyncio.Semaphore | None = None
     _reaper: asyncio.Task | None = None
+    # Getting models at run time (service/models.py): `listener(event, fields)` hears loading,
+    # loaded, failed, unloaded; with `fetch_missing`, a name `downloadable` says it can fetch
+    # resolves to a pending spec that is downloaded (once, in the load task, before the load
+    # gate) when first used, which is after admission.
+    listener: Callable[[str, dict[str, Any]], None] | None = None
+    downloadable: Callable[[str], bool] | None = None
+    fetch_missing: Callable[[str, ModelKind], Awaitable[ModelSpec]] | None = None
+    aliases: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, specs: Iterable[ModelSpec], loader_for: LoaderLookup, **kw: Any) -> "Registry":
@@ -83,13 +92,44 @@ class Registry:
         kinds = tuple(kinds or ())
         if not name:
             raise InvalidInput("'model' is required", param="model")
-        spec = self.specs.get(name)
+        spec = self.lookup(name)
+        if spec is None and self.downloadable is not None and self.downloadable(name):
+            spec = ModelSpec(name=name, kind=kinds[0] if kinds else ModelKind.GENERATOR, format="download",
+                             path=None, source="download")
         if spec is None:
             raise ModelNotFound(name, kinds[0].value if len(kinds) == 1 else None)
         if kinds and spec.kind not in kinds:
             wanted = " or ".join(k.value for k in kinds)
             raise ModelNotSupported(f"model '{name}' is a {spec.kind.value}; this endpoint needs a {wanted}")
         return spec
+
+    def resolve_served(self, name: str | None, kinds: Iterable[ModelKind] | None = None) -> ModelSpec:
+        """resolve() for catalogs: a model not downloaded yet is not served (404)."""
+        spec = self.resolve(name, kinds)
+        if spec.source == "download":
+            kinds = tuple(kinds or ())
+            raise ModelNotFound(spec.name, kinds[0].value if len(kinds) == 1 else None)
+        return spec
+
+    def lookup(self, name: str) -> ModelSpec | None:
+        """The served model called `name` (or one of its other spellings), else None."""
+        spec = self.specs.get(name) or self._alias(name)
+        if spec is None and name.endswith(":latest"):  # Ollama's `name:tag`: "x:latest" is "x"
+            spec = self.specs.get(name[: -len(":latest")])
+        return spec
+
+    def _alias(self, name: str) -> ModelSpec | None:
+        """Other spellings of a pulled model's name (hf.co/..., registry.ollama.ai/..., :latest)."""
+        if name in self.aliases and self.aliases[name] in self.specs:
+            return self.specs[self.aliases[name]]
+        return next((self.specs[a] for a in name_aliases(name) if a in self.specs), None)
+
+    def _event(self, event: str, **fields: Any) -> None:
+        if self.listener is not None:
+            try:
+                self.listener(event, fields)
+            except Exception:
+                log.exception("model event listener failed")
 
     def of_kind(self, *kinds: ModelKind) -> list[ModelSpec]:
         return [s for s in self.specs.values() if s.kind in kinds]
@@ -130,13 +170,23 @@ class Registry:
         return await asyncio.shield(task)
 
     async def _load_task(self, spec: ModelSpec) -> Loaded:
+        key = spec.name
         try:
+            if spec.source == "download" and self.fetch_missing is not None:
+                pending = spec
+                spec = await self.fetch_missing(pending.name, pending.kind)
+                if spec.kind is not pending.kind:
+                    raise ModelNotSupported(f"model '{pending.name}' is a {spec.kind.value}; this endpoint "
+                                            f"needs a {pending.kind.value}")
+                self.aliases[pending.name] = spec.name
+                if spec.name in self.loaded:
+                    return self.loaded[spec.name]
             if self._load_gate is None:
                 self._load_gate = asyncio.Semaphore(max(1, self.max_loading))
             async with self._load_gate:
                 return await self._load(spec)
         finally:
-            self._loading.pop(spec.name, None)
+            self._loading.pop(key, None)
 
     async def _load(self, spec: ModelSpec) -> Loaded:
         loader = self.loader_for(spec)  # raises NotImplementedYet for a format with no runtime
@@ -144,24 +194,30 @@ class Registry:
         t0 = time.perf_counter()
         log.info("loading %s %s (%s) from %s", spec.kind.value, spec.name, spec.format, spec.path or spec.source)
         self.loads += 1
+        self._event("loading", model=spec.name)
         try:
-            model = await asyncio.to_thread(loader, spec)
-        except ModelLoadFailed as e:  # the runtime's own reason; say which model it was
-            self.load_failures += 1
-            raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e
-        except InferdError:
-            self.load_failures += 1
+            try:
+                model = await asyncio.to_thread(loader, spec)
+            except ModelLoadFailed as e:  # the runtime's own reason; say which model it was
+                self.load_failures += 1
+                raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e
+            except InferdError:
+                self.load_failures += 1
+                raise
+            except Exception as e:
+                self.load_failures += 1
+                log.exception("loading %s failed", spec.name)
+                raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e}") from e
+        except InferdError as e:
+            self._event("failed", model=spec.name, error=e.message)
             raise
-        except Exception as e:
-            self.load_failures += 1
-            log.exception("loading %s failed", spec.name)
-            raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e}") from e
         now = self.clock()
         size = int(getattr(model, "size_bytes", 0) or self.estimate(spec))
         entry = Loaded(spec=spec, model=model, loaded_at=now, last_used=now, keep_alive=self.keep_alive,
                        load_seconds=time.perf_counter() - t0, size_bytes=size)
         self.loaded[spec.name] = entry
         log.info("loaded %s in %.2fs (about %d MiB)", spec.name, entry.load_seconds, size >> 20)
+        self._event("loaded", model=spec.name, seconds=round(entry.load_seconds, 3))
         if self.max_memory and self.resident_bytes() > self.max_memory:  # the estimate was low
             await self._evict_idle(lambda: self.resident_bytes() > self.max_memory, keep=spec.name)
         return entry
@@ -210,6 +266,7 @@ class Registry:
         if entry is None:
             return
         log.info("unloading %s", name)
+        self._event("unloaded", model=name)
         close = getattr(entry.model, "close", None)
         if close is not None:
             try:

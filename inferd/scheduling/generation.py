@@ -10,6 +10,22 @@ share the longest prefix with its prompt, or borrows a longer prefix from any ot
 (live or idle) by copying cells, and prefills only the rest: a multi-turn chat does not
 recompute its history. Jobs beyond the slots wait in arrival order.
 
+n > 1 (several choices for one prompt): the first job of the group carries the others as
+`siblings`. The group is admitted when it has a free slot for each member; only the first
+prefills the prompt, and when that prefill ends its KV cells are copied (`seq_cp`, shared
+cells, no recompute) to every sibling's sequence, each sibling samples its own first token
+from the same logits, and from then on all of them decode as ordinary sequences in the
+same batch.
+
+Media (images): a multimodal prompt holds, for each image, a span of placeholder ids (negative,
+derived from the image's hash: never a real token) and the job maps the span's start to a
+media chunk. A span is decoded whole, on the worker, by `Backend.decode_media` (encode the
+image, then decode its embeddings), at most one span per step and before that step's token
+decode, so running streams pause for at most one image. Because the placeholders are the
+image's hash, prefix reuse works across turns: a follow-up about the same image finds its
+cells cached and neither encodes nor decodes it again. A cached prefix never ends inside a
+span (it is cut back to the span's start).
+
 The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
 scheduling policy and knows nothing about llama.cpp."""
 
@@ -22,9 +38,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from inferd.errors import ContextOverflow, InferdError, InferenceFailed, ModelUnloaded, Overloaded
+from inferd.errors import ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded
 from inferd.observability.stats import GenStats
 from inferd.scheduling.textout import TextOut
 from inferd.types import Delta, FinishReason, TokenLogprob, Usage
@@ -47,6 +63,18 @@ class Backend(Protocol):
     def clear(self) -> None: ...
 
 
+class MediaChunk(Protocol):
+    """One image of a prompt, as the backend prepared it (leaf-defined)."""
+
+    n_tokens: int
+
+    def close(self) -> None: ...
+
+
+class MediaBackend(Backend, Protocol):
+    def decode_media(self, seq: int, chunk: Any, p0: int, want: bool) -> int: ...
+
+
 @dataclass(eq=False)
 class Job:
     """One sequence to generate. `sink` receives Deltas on the worker thread and must not
@@ -60,6 +88,10 @@ class Job:
     top_logprobs: int | None = None   # None: no logprobs
     arrived: float = field(default_factory=time.perf_counter)
     stream: bool = False
+    # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
+    media: dict[int, Any] = field(default_factory=dict)
+    # n > 1: the other choices of the same prompt, on the first job only (see module doc).
+    siblings: list["Job"] = field(default_factory=list)
     # ---- worker state ----
     number: int = 0                   # submission order
     cancelled: bool = False
@@ -72,6 +104,11 @@ class Job:
     t_first: float = 0.0
     t_last: float = 0.0
     done: bool = False
+    forked: bool = False              # a sibling waiting for its group's prefill to be copied
+
+    @property
+    def group(self) -> list["Job"]:
+        return [self, *self.siblings]
 
     def usage(self, now: float) -> Usage:
         n = len(self.generated)
@@ -117,6 +154,7 @@ class GenerationEngine:
         self.dead: BaseException | None = None
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
+        self._media_slot: Slot | None = None  # the slot whose image span this step decodes
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
         self._thread.start()
@@ -141,7 +179,8 @@ class GenerationEngine:
     def cancel(self, job: Job) -> None:
         """Stop `job` at the next step (no more tokens are generated for it)."""
         with self._cond:
-            job.cancelled = True
+            for j in job.group:
+                j.cancelled = True
             self._cond.notify()
 
     def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True) -> concurrent.futures.Future:
@@ -208,6 +247,8 @@ class GenerationEngine:
                 self._run_idle_calls()
         self._admit(now)
         entries, jobs = self._build_batch()
+        if self._media_slot is not None:
+            self._decode_media(self._media_slot, now)
         if not entries:
             return
         rows = self.backend.decode(entries)
@@ -218,12 +259,26 @@ class GenerationEngine:
         for (seq, toks, _p0, _want), job, row in zip(entries, jobs, rows):
             self.slots[seq].cache.extend(toks)
             if row >= 0:
+                if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
+                    self._fork(job, row, now)
                 self._on_token(job, row, now)
+
+    def _fork(self, job: Job, row: int, now: float) -> None:
+        n = len(job.prompt)
+        for sib in job.siblings:
+            if not sib.forked or sib.done:
+                continue
+            sib.forked = False
+            self.backend.seq_cp(job.slot, sib.slot, 0, n)
+            self.slots[sib.slot].cache = list(job.prompt)
+            sib.cached = n  # computed once, for the whole group
+            self._on_token(sib, row, now)
 
     def _drop_cancelled(self, now: float) -> None:
         for job in [j for j in self.waiting if j.cancelled]:
             self.waiting.remove(job)
-            self._finish(job, "cancelled", now)
+            for j in job.group:
+                self._finish(j, "cancelled", now)
         for slot in self.slots:
             if slot.job is not None and slot.job.cancelled:
                 self._finish(slot.job, "cancelled", now)
@@ -234,25 +289,43 @@ class GenerationEngine:
             free = [s for s in self.slots if s.job is None]
             if not free or (barrier is not None and self.waiting[0].number > barrier):
                 return  # jobs after a pending idle call wait for it
-            job = self.waiting.popleft()
-            if len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
-                self._emit(job, Delta(error=ContextOverflow(
-                    f"the prompt has {len(job.prompt)} tokens; this model's context holds {self.backend.n_ctx_seq}")))
-                self._close_job(job)
+            job = self.waiting[0]
+            problem: tuple[type[InvalidInput], str, str | None] | None = None  # (class, message, param)
+            if len(job.group) > len(self.slots):
+                problem = (InvalidInput, f"n={len(job.group)} is more than the {len(self.slots)} sequences this "
+                           "model runs at once", "n")
+            elif len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
+                problem = (ContextOverflow, f"the prompt has {len(job.prompt)} tokens; this model's context holds "
+                           f"{self.backend.n_ctx_seq}", None)
+            elif len(free) < len(job.group):
+                return  # a group starts together; later jobs keep their place behind it
+            self.waiting.popleft()
+            if problem is not None:
+                cls, message, param = problem
+                for j in job.group:  # one exception instance per job
+                    self._emit(j, Delta(error=cls(message, param)))
+                    self._close_job(j)
                 continue
             self._assign(job, free, now)
+            for sib in job.siblings:
+                slot = next(s for s in self.slots if s.job is None)
+                sib.slot, sib.t_admitted, sib.out, sib.forked = slot.id, now, TextOut(sib.stop), True
+                slot.job, slot.last_used = sib, now
+                self.backend.seq_rm(slot.id, -1, -1)  # its old cells are no prefix to lend any more
+                slot.cache = []
             if job.max_tokens <= 0:
-                self._finish(job, "length", now)
+                for j in job.group:
+                    self._finish(j, "length", now)
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
-        limit = len(prompt) - 1  # the last prompt token is always decoded: its logits start generation
-        own = max(free, key=lambda s: (min(common_prefix(s.cache, prompt), limit), -s.last_used))
-        keep = min(common_prefix(own.cache, prompt), limit)
+        limit = _snap(job, len(prompt) - 1)  # the last prompt token (or image) is always decoded
+        own = max(free, key=lambda s: (_snap(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
+        keep = _snap(job, min(common_prefix(own.cache, prompt), limit))
         donor, donor_keep = None, keep
         for s in self.slots:
             if s is not own:
-                n = min(common_prefix(s.cache, prompt), limit)
+                n = _snap(job, min(common_prefix(s.cache, prompt), limit))
                 if n > donor_keep:
                     donor, donor_keep = s, n
         if donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
@@ -283,18 +356,43 @@ class GenerationEngine:
             if job.next_token is not None:
                 entries.append((slot.id, [job.next_token], len(slot.cache), True))
                 jobs.append(job)
+            elif job.forked:
+                continue  # its cells come from the group's first job (_fork)
             else:
                 prefilling.append(slot)
         budget = self.backend.n_batch - len(entries)
+        self._media_slot = None
         for slot in sorted(prefilling, key=lambda s: s.job.t_admitted):  # oldest prompt first
-            if budget <= 0:
-                break
             rest = slot.job.prompt[len(slot.cache):]
-            chunk = rest[:budget]
+            if rest and rest[0] < 0:  # an image span: decoded on its own, one per step
+                if self._media_slot is None:
+                    self._media_slot = slot
+                continue
+            if budget <= 0:
+                continue
+            text = next((i for i, t in enumerate(rest) if t < 0), len(rest))  # up to the next image
+            chunk = rest[:min(budget, text)]
             entries.append((slot.id, chunk, len(slot.cache), len(chunk) == len(rest)))
             jobs.append(slot.job)
             budget -= len(chunk)
         return entries, jobs
+
+    def _decode_media(self, slot: Slot, now: float) -> None:
+        """Encode and decode the image span at the head of `slot`'s remaining prompt."""
+        job = slot.job
+        assert job is not None
+        start = len(slot.cache)
+        chunk = job.media.get(start)
+        if chunk is None:
+            raise InferenceFailed(f"no image for prompt position {start}")
+        end = start + chunk.n_tokens
+        want = end == len(job.prompt)  # the prompt ends with this image: its last row starts generation
+        row = cast(MediaBackend, self.backend).decode_media(slot.id, chunk, start, want)
+        slot.cache.extend(job.prompt[start:end])
+        if want:
+            if job.siblings:  # n > 1 on a prompt that ends with an image: the choices fork here
+                self._fork(job, row, now)
+            self._on_token(job, row, now)
 
     def _on_token(self, job: Job, row: int, now: float) -> None:
         be = self.backend
@@ -333,6 +431,12 @@ class GenerationEngine:
 
     def _close_job(self, job: Job, reason: str = "error") -> None:
         job.done = True
+        for chunk in job.media.values():  # native image data, whether or not it was decoded
+            try:
+                chunk.close()
+            except Exception:
+                log.exception("freeing an image chunk failed")
+        job.media = {}
         self.stats.finish(reason, time.perf_counter() - job.arrived)
         if job.slot is not None:
             slot = self.slots[job.slot]
@@ -355,7 +459,8 @@ class GenerationEngine:
         with self._cond:
             self.waiting.extend(self._inbox)
             self._inbox.clear()
-        jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
+        jobs = [s.job for s in self.slots if s.job is not None]
+        jobs += [j for w in self.waiting for j in w.group]
         self.waiting.clear()
         for job in jobs:
             job.next_token = None
@@ -386,6 +491,14 @@ class GenerationEngine:
             calls, self._idle_calls = self._idle_calls, []
         for _fn, _reset, fut, _barrier in calls:
             fut.set_exception(make_error())
+
+
+def _snap(job: Job, keep: int) -> int:
+    """A reusable prefix length that does not end inside an image span."""
+    for start, chunk in job.media.items():
+        if start < keep < start + chunk.n_tokens:
+            return start
+    return keep
 
 
 def _fresh(exc: BaseException, what: str) -> BaseException:

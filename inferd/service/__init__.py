@@ -9,6 +9,9 @@ back, and never touch the registry themselves.
     chunking    /ai/v1/chunk with its cache                        (chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
     extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
+    media       image byte and pixel budgets                       (scheduling/media.py)
+    reading     /ai/v1/read on readers (OCR, TrOCR, Donut)         (reading.py)
+    images      image embeddings, multimodal rerank                (image_embed.py)
 
 Model loading is composed in loading.py: (kind, format) -> loader -> typed handle."""
 
@@ -29,12 +32,18 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.service.chunking import ChunkingService, ChunkResult
 from inferd.service.core import Catalog, available_backends, discover_all
-from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
+from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
 from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
+from inferd.service import model_info
 from inferd.service.lora import LoraService
+from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
+from inferd.service.reading import ReadingService, ReadResult
+from inferd.service.models import ModelManager
 from inferd.service.tabular import PredictResult, TabularService
+from inferd.media.sources import MediaRef
+from inferd.scheduling.media import MediaAdmission, MediaLimits
 from inferd.text.chunking import FixedConfig
 from inferd.types import GenerateRequest, Generation
 
@@ -54,11 +63,15 @@ class InferenceService:
         self.observer.tracer = make_tracer(settings)
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
-        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics)
+        self.media = MediaAdmission(MediaLimits.from_settings(settings))
+        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media)
         self.encoders = EncoderService(self.catalog, registry, admission)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
+        self.reading = ReadingService(self.catalog, registry, admission, self.media)
+        self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
+        self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":
@@ -73,6 +86,7 @@ class InferenceService:
         self.registry.start()
 
     async def close(self) -> None:
+        self.models_mgr.close()
         await self.registry.close()
 
     # ---- catalog ------------------------------------------------------------------------------
@@ -112,13 +126,18 @@ class InferenceService:
             state["size_bytes"] = entry.size_bytes
         return state
 
+    async def chat_template(self, spec: ModelSpec) -> str | None:
+        """The chat template requests to `spec` are rendered with (without loading it)."""
+        return await model_info.chat_template(self.registry, spec)
+
     def gauges(self) -> dict[str, float]:
         gauges: dict[str, float] = {
             "requests_in_flight": self.admission.in_flight, "requests_queued": self.admission.queued,
             "requests_rejected_total": self.admission.rejected, "models_loaded": len(self.registry.loaded),
             "models_served": len(self.registry.specs),
             # per model: inferd_model_loads_total{model} and ..._failures_total{model} (observability/)
-            "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory}
+            "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory,
+            "media_pixel_bytes_reserved": self.media.held, "media_pixel_budget_bytes": self.media.limits.pixel_bytes}
         return gauges
 
     # ---- generation ---------------------------------------------------------------------------
@@ -155,12 +174,26 @@ class InferenceService:
         return await self.lora.set(model, name)
 
     # ---- encoders, chunking, tabular ----------------------------------------------------------
-    async def embed(self, model: str | None, inputs: Sequence[EmbedInput], **kw: Any) -> EmbedResult:
-        return await self.encoders.embed(model, inputs, **kw)
+    async def embed(self, model: str | None, inputs: Sequence[ImageEmbedInput], **kw: Any) -> EmbedResult:
+        if any(isinstance(x, MediaRef) for x in inputs):  # image parts: media admission first
+            return await self.images.embed(model, inputs, **kw)
+        return await self.encoders.embed(model, [x for x in inputs if not isinstance(x, MediaRef)], **kw)
+
+    def multimodal_rerank_spec(self, model: str | None) -> ModelSpec:
+        return self.images.rerank_spec(model)
+
+    async def rerank_multimodal(self, model: str | None, query: str,
+                                documents: Sequence[Sequence[Part]]) -> RerankResult:
+        return await self.images.rerank_multimodal(model, query, documents)
+
+    # ---- readers ------------------------------------------------------------------------------
+    async def read(self, model: str | None, images: Sequence[MediaRef], prompt: str | None = None,
+                   max_tokens: int = 256) -> ReadResult:
+        return await self.reading.read(model, images, prompt, max_tokens)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
-                     keep_alive: float | None = None) -> RerankResult:
-        return await self.encoders.rerank(model, query, documents, keep_alive)
+                     keep_alive: float | None = None, param: str = "documents") -> RerankResult:
+        return await self.encoders.rerank(model, query, documents, keep_alive, param)
 
     async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
         return await self.chunking.chunk(text, model, cfg, threshold)

@@ -48,7 +48,7 @@ class ChatOutput:
         turns finish_reason 'stop' into 'tool_calls' when calls were made."""
         out = self.parser.feed(d.text) if d.text else ChatDelta()
         if d.finish_reason is not None:
-            end = self.parser.finish()
+            end = self.parser.finish(cut=d.finish_reason == "length")
             out = ChatDelta(out.reasoning + end.reasoning, out.content + end.content,
                             out.tool_calls + end.tool_calls)
             d.finish_reason = self.parser.result().finish_reason(d.finish_reason)  # type: ignore[assignment]

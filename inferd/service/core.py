@@ -33,7 +33,8 @@ def _check_predictor(path: Any) -> dict[str, Any]:
 
 
 def discover_all(settings: Settings) -> Discovery:
-    found = discover(settings.models_dir, settings.ml_dir, settings.models, check_predictor=_check_predictor)
+    found = discover(settings.models_dir, settings.ml_dir, settings.models, check_predictor=_check_predictor,
+                     mmproj=settings.mmproj)
     found.specs = found.specs + builtin_specs(found.specs, with_providers=settings.builtins)
     return found
 

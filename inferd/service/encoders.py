@@ -39,6 +39,7 @@ class EmbedResult:
     items: list[Any] = field(default_factory=list)
     prompt_tokens: int = 0
     load_seconds: float = 0.0  # waiting for the model to load (0 when it was loaded already)
+    truncated: list[int] = field(default_factory=list)  # inputs cut to the model's limit
 
     @property
     def errors(self) -> list[tuple[int, InferdError]]:
@@ -98,6 +99,7 @@ class EncoderService:
                 ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
                 outs = await handle.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
         items: list[Any] = list(prepared)
+        cut = [i for i in ok if getattr(prepared[i], "truncated", False)]
         tokens = 0
         for i, out in zip(ok, outs):
             if isinstance(out, BaseException):
@@ -109,17 +111,17 @@ class EncoderService:
             if dimensions is not None:
                 out = truncate_dims(out, dimensions)
             items[i] = out
-        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, load_seconds)
+        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, load_seconds, cut)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
-                     keep_alive: float | None = None) -> RerankResult:
+                     keep_alive: float | None = None, param: str = "documents") -> RerankResult:
         """Relevance of each document to `query`, in input order (higher is more relevant)."""
         spec = self.catalog.resolve(model, ModelKind.RERANKER)
         if not query.strip():
             raise InvalidInput("'query' must not be empty", "query")
-        if not documents:
-            return RerankResult(spec.name, [], 0)
-        check_input_count(len(documents), "documents", "documents")
+        if not documents:  # one rule for empty lists everywhere (as for embedding inputs): 400
+            raise InvalidInput(f"'{param}' must not be empty", param)
+        check_input_count(len(documents), param, "documents")
         async with self.admission.slot():
             async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as handle:
                 encs = await asyncio.to_thread(handle.encoder.prepare, query, list(documents))
@@ -168,5 +170,6 @@ def _prepare(rt: EmbedderRuntime, inputs: Sequence[EmbedInput], task: str | None
         for i, enc in enumerate(out):
             if not isinstance(enc, InferdError) and enc.truncated:
                 out[i] = InvalidInput(f"input[{i}] is longer than the model's limit of {rt.max_length} tokens "
-                                      "and truncation is off", "input")
+                                      "and truncation is off (\"truncate\": true keeps the first "
+                                      f"{rt.max_length})", "input")
     return out

@@ -19,19 +19,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.chat.templates import render_chat
-from inferd.errors import Cancelled, ContextOverflow, InferdError, InferenceFailed, InvalidInput
+from inferd.errors import Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
 from inferd.observability.context import note_generation
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
+from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
-from inferd.types import Delta, GenerateRequest, Generation, TokenLogprob, Usage
+from inferd.service.vision import image_refs, require_vision, to_images, with_markers
+from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob, Usage, total_usage
 
 log = logging.getLogger("inferd.generation")
 
@@ -44,12 +46,33 @@ class Prepared:
     sampler: Any
     max_tokens: int
     output: ChatOutput | None = None  # chat requests: splits reasoning / answer / tool calls
+    # n > 1: a sampler and an output parser for each further choice
+    more: list[tuple[Any, ChatOutput | None]] = dataclasses.field(default_factory=list)
+    media: dict[int, Any] = dataclasses.field(default_factory=dict)  # image spans (engine's Job.media)
 
 
-def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
+def prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None = None) -> Prepared:
     """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on a thread:
     template rendering and tokenizing a long prompt are CPU work. Chat options (tools,
-    structured output, thinking) are planned here, so all their 400s come first too."""
+    structured output, thinking) are planned here, so all their 400s come first too.
+    `images`: the admitted, decoded images of the messages' image parts, in order; each part
+    becomes the projector's media marker in the rendered text."""
+    if images:
+        marker = rt.media_marker
+        if marker is None:
+            raise CapabilityMissing(f"model '{req.model}' cannot read images (no vision projector)")
+        req = dataclasses.replace(req, messages=with_markers(req.messages or [], marker))
+    media: dict[int, Any] = {}
+    try:
+        return _prepare(rt, req, images, media)
+    except BaseException:
+        for chunk in media.values():  # native image data of a request that failed here
+            chunk.close()
+        raise
+
+
+def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None,
+             media: dict[int, Any]) -> Prepared:
     template = req.chat_template or rt.chat_template
     use_template = req.messages is not None and bool(template or not req.template_fallback)
     plan = plan_request(req, template if use_template else None)
@@ -62,7 +85,13 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
         tools = kwargs.pop("tools", None)
         text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
                            add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
-        tokens = rt.tokenize_rendered(text)
+        if images:
+            tokens, spans = rt.tokenize_multimodal(text, images)
+            media.update(spans)
+        else:
+            tokens = rt.tokenize_rendered(text)
+    elif images:
+        raise CapabilityMissing(f"model '{req.model}' has no chat template to place images in", "messages")
     elif req.messages is not None:  # no template, and plain text is acceptable
         text = "\n\n".join(str(m.get("content") or "") for m in req.messages)
         tokens = rt.tokenize(text, add_special=not req.prefix_tokens, parse_special=True)
@@ -91,17 +120,30 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest) -> Prepared:
                                   f"uses {len(tokens)} and max_tokens asks for {max_tokens} more "
                                   f"({len(tokens) + max_tokens} in all)", "max_tokens")
         max_tokens = room
-    sampling, output = req.sampling, None
+    sampling = req.sampling
+    if not 1 <= req.n <= max(1, getattr(rt, "n_seq", 1)):
+        raise InvalidInput(f"n must be between 1 and {getattr(rt, 'n_seq', 1)} (the sequences model "
+                           f"'{req.model}' runs at once)", "n")
     if plan is not None:
         grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
         if grammar is not None:
             sampling = dataclasses.replace(sampling, grammar=grammar)
-        output = ChatOutput(plan.output_parser(text))
     elif sampling.grammar is not None:
         from inferd.chat.gbnf import check_gbnf  # llama.cpp aborts the process on some bad grammars
 
         check_gbnf(sampling.grammar)
-    return Prepared(tokens, rt.make_sampler(sampling), max_tokens, output)
+    made = []
+    try:
+        for i in range(req.n):
+            # Each choice its own seed (seed + i): with one seed, n choices would be one choice n times.
+            sp = sampling if i == 0 or sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
+            made.append((rt.make_sampler(sp), ChatOutput(plan.output_parser(text)) if plan is not None else None))
+    except BaseException:
+        for s, _ in made:
+            s.close()
+        raise
+    (sampler, output), *more = made
+    return Prepared(tokens, sampler, max_tokens, output, more, dict(media))
 
 
 class GenerationStream:
@@ -119,14 +161,21 @@ class GenerationStream:
         self.prompt_tokens: list[int] = []
         self.job: Job | None = None
         self.output: ChatOutput | None = None
+        self.outputs: list[ChatOutput | None] = []  # per choice (n > 1); [0] is `output`
+        self._open = max(1, req.n)  # choices not finished yet
+        self._completion = 0  # tokens generated by every choice so far
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
         self._stack, self._owner = stack, owner
         self.finished = False
         self.closed = False
 
-    def sink(self, loop: asyncio.AbstractEventLoop):
+    def sink(self, loop: asyncio.AbstractEventLoop, index: int = 0):
         put = self._queue.put_nowait
-        return lambda d: loop.call_soon_threadsafe(put, d)
+
+        def deliver(d: Delta) -> None:
+            d.index = index
+            loop.call_soon_threadsafe(put, d)
+        return deliver
 
     def __aiter__(self) -> "GenerationStream":
         return self
@@ -141,15 +190,19 @@ class GenerationStream:
             self.finished = True
             raise d.error if isinstance(d.error, InferdError) else InferenceFailed(str(d.error))
         if d.finish_reason is not None:
-            self.finished = True
-            if d.usage is not None:  # /metrics inferd_tokens_total
-                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens, d.usage.completion_tokens)
+            self._open -= 1
+            self.finished = self._open <= 0
+            if d.usage is not None:  # /metrics inferd_tokens_total (the prompt counted once)
+                self._owner.metrics.add_tokens(self.model, d.usage.prompt_tokens if d.index == 0 else 0,
+                                               d.usage.completion_tokens)
+                self._completion += d.usage.completion_tokens
                 j = self.job
-                if j is not None:  # x-compute-tokens, the trace's prefill and decode spans
-                    note_generation(d.usage.prompt_tokens, d.usage.completion_tokens, j.t_admitted, j.t_first,
-                                    j.t_last)
-        if self.output is not None:
-            self.output.apply(d)
+                if j is not None and self.finished:  # x-compute-tokens, the trace's prefill and decode spans
+                    note_generation(d.usage.prompt_tokens, self._completion, j.t_admitted, j.t_first,
+                                    max(x.t_last for x in j.group))
+        output = self.outputs[d.index] if d.index < len(self.outputs) else self.output
+        if output is not None:
+            output.apply(d)
         return d
 
     def cancel(self) -> None:
@@ -171,9 +224,10 @@ class GenerationService:
     LoRA choices are re-applied to reloaded models, metrics count tokens."""
 
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, lora: LoraService,
-                 metrics: Metrics):
+                 metrics: Metrics, media: MediaAdmission | None = None):
         self.catalog, self.registry, self.admission, self.lora, self.metrics = (
             catalog, registry, admission, lora, metrics)
+        self.media = media  # image budgets (scheduling/media.py); None: images are refused
         self.streams: set[GenerationStream] = set()  # running generations, for /stop
 
     def spec(self, model: str | None) -> ModelSpec:
@@ -186,24 +240,41 @@ class GenerationService:
         check_engine_limits(req)
         spec = self.spec(req.model)
         req.model = spec.name
+        refs = image_refs(req.messages)
+        require_vision(spec, refs)  # 400 naming the capability, before any work
         stack = contextlib.AsyncExitStack()
+        images: list[Image] = []
         try:
             if admit:
-                await stack.enter_async_context(self.admission.slot())
+                weight = self.media.weight(refs) if refs and self.media is not None else 1
+                await stack.enter_async_context(self.admission.slot(weight=weight))
+            if refs:  # bytes, headers and pixels admitted, images decoded: all before the model loads
+                if self.media is None:
+                    raise CapabilityMissing("this server takes no images")
+                grant = await stack.enter_async_context(self.media.admit(refs))
+                images = to_images(await decode_all(grant))
             t0 = time.perf_counter()
             handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
             assert isinstance(handle, GeneratorHandle)
             await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
-            p = await asyncio.to_thread(prepare, handle.backend, req)
+            p = await asyncio.to_thread(prepare, handle.backend, req, images)
             stream.prompt_tokens, stream.output = p.prompt, p.output
-            stream.job = Job(prompt=p.prompt, sampler=p.sampler, max_tokens=p.max_tokens, stop=list(req.stop),
-                             top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
-                             sink=stream.sink(asyncio.get_running_loop()), arrived=arrived, stream=req.stream)
+            stream.outputs = [p.output] + [o for _s, o in p.more]
+            loop = asyncio.get_running_loop()
+
+            def job(sampler: Any, index: int) -> Job:
+                return Job(prompt=p.prompt, sampler=sampler, max_tokens=p.max_tokens, stop=list(req.stop),
+                           top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
+                           sink=stream.sink(loop, index), arrived=arrived, stream=req.stream)
+            stream.job = job(p.sampler, 0)
+            stream.job.media = p.media  # the first choice prefills the images; siblings fork its cells
+            stream.job.siblings = [job(s, i) for i, (s, _o) in enumerate(p.more, start=1)]
             try:
                 handle.engine.submit(stream.job)
             except BaseException:
-                p.sampler.close()
+                for j in stream.job.group:
+                    j.sampler.close()
                 raise
         except BaseException:
             await stack.aclose()
@@ -274,29 +345,42 @@ class GenerationService:
         return len(hit)
 
 
+@dataclass
+class _Acc:
+    """One choice's deltas, gathered."""
+
+    parts: list[str] = dataclasses.field(default_factory=list)
+    thought: list[str] = dataclasses.field(default_factory=list)
+    calls: list = dataclasses.field(default_factory=list)
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    reason: Any = None
+
+
 async def collect(stream: GenerationStream) -> Generation:
-    """Drain a stream into one Generation."""
-    parts: list[str] = []
-    thought: list[str] = []
-    calls: list = []
-    tokens: list[int] = []
-    logprobs: list[TokenLogprob] = []
-    usage, reason = Usage(), None
+    """Drain a stream into one Generation (n > 1: the others in `choices`)."""
+    accs = [_Acc() for _ in range(max(1, stream.req.n))]
     async for d in stream:
-        parts.append(d.text)
-        thought.append(d.reasoning)
-        calls.extend(d.tool_calls)
-        tokens.extend(d.tokens)
-        logprobs.extend(d.logprobs)
+        a = accs[d.index]
+        a.parts.append(d.text)
+        a.thought.append(d.reasoning)
+        a.calls.extend(d.tool_calls)
+        a.tokens.extend(d.tokens)
+        a.logprobs.extend(d.logprobs)
         if d.usage is not None:
-            usage = d.usage
-        reason = d.finish_reason or reason
-    if reason == "cancelled":
+            a.usage = d.usage
+        a.reason = d.finish_reason or a.reason
+    if any(a.reason == "cancelled" for a in accs):
         raise Cancelled()
-    return Generation(model=stream.model, text="".join(parts), finish_reason=reason or "stop", usage=usage,
-                      reasoning="".join(thought) or None, tool_calls=calls,
-                      tokens=tokens, prompt_tokens=stream.prompt_tokens,
-                      logprobs=logprobs if stream.req.sampling.logprobs else None, created=stream.created)
+    gens = [Generation(model=stream.model, text="".join(a.parts), finish_reason=a.reason or "stop", usage=a.usage,
+                       reasoning="".join(a.thought) or None, tool_calls=a.calls,
+                       tokens=a.tokens, prompt_tokens=stream.prompt_tokens,
+                       logprobs=a.logprobs if stream.req.sampling.logprobs else None, created=stream.created,
+                       index=i) for i, a in enumerate(accs)]
+    first = gens[0]
+    first.usage, first.choices = total_usage([g.usage for g in gens]), gens[1:]
+    return first
 
 
 __all__ = ["GenerationService", "GenerationStream", "collect", "prepare"]

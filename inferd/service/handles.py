@@ -63,6 +63,19 @@ class EmbedderRuntime(EncoderRuntime, Protocol):
     def prepare_ids(self, ids: Sequence[int]) -> Any: ...
 
 
+class ImageEmbedderRuntime(EmbedderRuntime, Protocol):
+    """A CLIP-style dual encoder: texts and images into one space (runtimes/onnx/clip.py)."""
+
+    def prepare_image(self, rgb: Any) -> Any: ...
+
+
+class ReaderRuntime(EncoderRuntime, Protocol):
+    """OCR / document understanding (runtimes/ocr, runtimes/onnx/vision_seq2seq.py): batches
+    of ReadItem -> ReadOutput. `check` refuses what the model cannot do (a prompt) up front."""
+
+    def check(self, item: Any) -> None: ...
+
+
 class RerankerRuntime(EncoderRuntime, Protocol):
     def prepare(self, query: str, documents: list[str]) -> list[Any]: ...
     def combine(self, outputs: list[Any], n_documents: int) -> list[float]: ...

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import ModelLoadFailed, NotImplementedYet
+from inferd.errors import ModelLoadFailed, ModelNotSupported, NotImplementedYet
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.builtins import materialize
 from inferd.runtimes.options import RuntimeOptions
@@ -70,6 +70,29 @@ def _lazy(module: str, fn: str) -> Callable[[ModelSpec, RuntimeOptions], Any]:
     return build
 
 
+def _embedder(spec: ModelSpec, opts: RuntimeOptions) -> Handle:
+    """ONNX embedders; one with a vision graph beside its text graph is a CLIP-style dual
+    encoder (runtimes/onnx/clip.py) whose batcher takes texts and images."""
+    if "image" in spec.capabilities:
+        return _encoder(_lazy("inferd.runtimes.onnx.clip", "load"))(spec, opts)
+    return _encoder(_lazy("inferd.runtimes.onnx", "load_embedder"))(spec, opts)
+
+
+def _reader(spec: ModelSpec, opts: RuntimeOptions) -> Handle:
+    """Readers (registry/readers.py says which): PP-OCR (runtimes/ocr) or a vision
+    encoder-decoder (runtimes/onnx/vision_seq2seq.py), batched by images. A folder of an
+    architecture with no runtime (Florence-2, ...) is refused with its reason."""
+    reason = spec.manifest.get("unsupported")
+    if reason:
+        raise ModelNotSupported(f"reader '{spec.name}': {reason}")
+    family = spec.manifest.get("reader")
+    if family == "ppocr":
+        return _encoder(_lazy("inferd.runtimes.ocr", "load"))(spec, opts)
+    if family in ("trocr", "donut"):
+        return _encoder(_lazy("inferd.runtimes.onnx.vision_seq2seq", "load"))(spec, opts)
+    raise ModelNotSupported(f"reader '{spec.name}': no runtime for reader family {family!r}")
+
+
 def _predictor(spec: ModelSpec, opts: RuntimeOptions) -> PredictorHandle:
     from inferd.runtimes.tabular import load
 
@@ -89,13 +112,18 @@ def _file_size(spec: ModelSpec) -> int:
 
 LOADERS: dict[tuple[ModelKind, str], Loader] = {
     # encoders: onnxruntime + tokenizers (runtimes/onnx), llama.cpp embeddings (runtimes/gguf_embed.py)
-    (ModelKind.EMBEDDER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_embedder")),
+    (ModelKind.EMBEDDER, "onnx"): _embedder,
     (ModelKind.EMBEDDER, "safetensors"): _encoder(_lazy("inferd.runtimes.onnx", "load_embedder")),
     (ModelKind.EMBEDDER, "gguf"): _encoder(_lazy("inferd.runtimes.gguf_embed", "load_embedder")),
     (ModelKind.RERANKER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_reranker")),
     (ModelKind.CHUNKER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_chunker")),
     # generators: llama.cpp in a continuous-batching engine (runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): _generator,
+    # readers: PP-OCR (runtimes/ocr), TrOCR / Donut (runtimes/onnx/vision_seq2seq.py); other
+    # formats are listed folders of architectures with no runtime, refused with their reason
+    (ModelKind.READER, "onnx"): _reader,
+    (ModelKind.READER, "safetensors"): _reader,
+    (ModelKind.READER, "transformers"): _reader,
     # extraction (runtimes/extract: GLiNER, token and sequence classifiers; runtimes/spacy)
     (ModelKind.EXTRACTOR, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),
     (ModelKind.EXTRACTOR, "spacy"): _encoder(_lazy("inferd.runtimes.extract", "load_extractor")),

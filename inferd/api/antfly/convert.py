@@ -27,7 +27,10 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
         out["data"].append({"id": s.name, "object": "model", "created": created, "owned_by": "inferd",
                             "type": s.kind.value})
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
-                                      "inputs": _INPUTS.get(s.kind, ["text"]), "format": s.format,
+                                      "inputs": (["text", "image"] if "image" in s.capabilities
+                                                 else _INPUTS.get(s.kind, ["text"])), "format": s.format,
+                                      **({"unsupported": s.manifest["unsupported"]} if s.manifest.get("unsupported")
+                                         else {}),
                                       **(extras(s) if extras else {})}
     return out
 

@@ -9,7 +9,6 @@ from inferd.api.antfly import embed_convert as convert
 from inferd.api.antfly.embed_schemas import EmbedRequest, MultimodalRerankRequest, RerankRequest
 from inferd.api.deps import get_service
 from inferd.api.streaming import cancel_on_disconnect
-from inferd.registry.spec import ModelKind
 from inferd.service import InferenceService
 
 router = APIRouter(prefix="/ai/v1")
@@ -26,14 +25,15 @@ async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService 
 
 @router.post("/rerank")
 async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, req.prompts))
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, req.prompts, param="prompts"))
     return JSONResponse(convert.rerank_response(r))
 
 
 @router.post("/rerank_multimodal")
 async def rerank_multimodal(req: MultimodalRerankRequest, request: Request,
                             svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    svc.resolve(req.model, ModelKind.RERANKER)  # unknown model: 404 before looking at documents
-    texts = convert.multimodal_texts(req.documents)
-    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, texts))
+    spec = svc.multimodal_rerank_spec(req.model)  # unknown model: 404 before looking at documents
+    docs = convert.multimodal_parts(req.documents)
+    # Image (or mixed) documents need an image-capable embedder; text-only ones on a reranker keep its path.
+    r = await cancel_on_disconnect(request, svc.rerank_multimodal(spec.name, req.query, docs))
     return JSONResponse(convert.rerank_response(r))

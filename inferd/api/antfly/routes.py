@@ -14,7 +14,7 @@ router = APIRouter()
 
 @router.get("/ai/v1/models")
 async def models(svc: InferenceService = Depends(get_service)) -> dict:
-    return convert.models(svc.models(), svc.backends, int(svc.started_at), allow_downloads=False,
+    return convert.models(svc.models(), svc.backends, int(svc.started_at), allow_downloads=svc.settings.allow_downloads,
                           extras=svc.model_state)
 
 

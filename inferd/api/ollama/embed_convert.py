@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferd.api.ollama.convert import tagged
 from inferd.errors import ModelNotSupported
 from inferd.service import EmbedResult
 
@@ -16,7 +17,7 @@ def _dense(r: EmbedResult) -> None:
 
 def embed_response(r: EmbedResult, total_ns: int, load_ns: int) -> dict[str, Any]:
     _dense(r)
-    return {"model": r.model, "embeddings": [v.tolist() for v in r.items], "total_duration": total_ns,
+    return {"model": tagged(r.model), "embeddings": [v.tolist() for v in r.items], "total_duration": total_ns,
             "load_duration": load_ns, "prompt_eval_count": r.prompt_tokens}
 
 

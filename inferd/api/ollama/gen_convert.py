@@ -8,11 +8,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inferd.api.ollama.convert import iso, keep_alive
+from inferd.api.ollama.convert import iso, keep_alive, tagged
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest as WireGenerate
 from inferd.chat.reasoning import requested_thinking
-from inferd.errors import CapabilityMissing, InvalidInput
-from inferd.types import ChatOptions, Delta, Generation, GenerateRequest, SamplingParams, Usage
+from inferd.errors import InvalidInput
+from inferd.types import ChatOptions, Delta, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage
 
 # Ollama's defaults when neither the request nor a Modelfile says otherwise.
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
@@ -59,6 +59,22 @@ def options_to_request(options: dict[str, Any] | None) -> dict[str, Any]:
             "stop": [s for s in stop if s], "num_ctx": num_ctx, "clamp_to_context": True}
 
 
+def with_logprobs(fields: dict[str, Any], body: Any) -> dict[str, Any]:
+    """Ollama's top-level `logprobs` / `top_logprobs` into the sampling parameters."""
+    top = body.top_logprobs or 0
+    if top and not body.logprobs:
+        raise InvalidInput("top_logprobs needs logprobs: true", "top_logprobs")
+    fields["sampling"].logprobs, fields["sampling"].top_logprobs = bool(body.logprobs), top
+    return fields
+
+
+def logprobs(lps: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """Ollama's shape: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]."""
+    return [{"token": t.text, "logprob": t.logprob, "bytes": list(t.bytes),
+             "top_logprobs": [{"token": s, "logprob": lp, "bytes": list(b)} for _i, s, b, lp in t.top]}
+            for t in lps]
+
+
 def chat_options(format: Any, think: Any, tools: list | None = None, tool_choice: Any = None) -> ChatOptions:
     """Ollama's `format` ("json" | a schema), `think` (bool or a level) and tools."""
     return ChatOptions(tools=tools, tool_choice=tool_choice, json_format=format,
@@ -68,19 +84,25 @@ def chat_options(format: Any, think: Any, tools: list | None = None, tool_choice
 
 def chat_request(body: ChatRequest) -> GenerateRequest:
     messages = []
-    for i, m in enumerate(body.messages):
-        if m.images:
-            raise CapabilityMissing(f"messages[{i}] has images; this model reads text only")
-        messages.append(m.model_dump(exclude_none=True, exclude={"images", "thinking"}))
+    for m in body.messages:
+        msg = m.model_dump(exclude_none=True, exclude={"images", "thinking"})
+        if m.images:  # Ollama's raw base64 images: image parts before the text, as Ollama places them
+            msg["content"] = with_images(m.images, msg.get("content") or "")
+        messages.append(msg)
     return GenerateRequest(model=body.model, messages=messages, stream=body.stream,
                            keep_alive=keep_alive(body.keep_alive),
                            chat=chat_options(body.format, body.think, body.tools, body.tool_choice),
-                           **options_to_request(body.options))
+                           **with_logprobs(options_to_request(body.options), body))
+
+
+def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
+    """Content parts for a message with Ollama `images` (raw base64, or data URIs)."""
+    return [*({"type": "image", "data": b} for b in images), {"type": "text", "text": text}]
 
 
 def generate_request(body: WireGenerate) -> GenerateRequest:
-    if body.images:
-        raise CapabilityMissing("'images' needs a vision model; this model reads text only")
+    if body.images and body.raw:
+        raise InvalidInput("'images' need the model's chat template: they cannot be sent with raw: true", "images")
     if body.suffix:
         raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
     if body.template:
@@ -88,11 +110,12 @@ def generate_request(body: WireGenerate) -> GenerateRequest:
                            "template")
     common = dict(model=body.model, stream=body.stream, keep_alive=keep_alive(body.keep_alive),
                   prefix_tokens=list(body.context or []), chat=chat_options(body.format, body.think),
-                  **options_to_request(body.options))
+                  **with_logprobs(options_to_request(body.options), body))
     if body.raw:
         return GenerateRequest(prompt=body.prompt or "", add_special=not body.context, **common)
+    content: Any = with_images(body.images, body.prompt or "") if body.images else body.prompt or ""
     messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
-        [{"role": "user", "content": body.prompt or ""}]
+        [{"role": "user", "content": content}]
     return GenerateRequest(messages=messages, template_fallback=True, **common)
 
 
@@ -114,7 +137,7 @@ def stats(u: Usage) -> dict[str, Any]:
 
 
 def load_response(model: str, chat: bool, unloaded: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": model, "created_at": iso(time.time()), "done": True,
+    out: dict[str, Any] = {"model": tagged(model), "created_at": iso(time.time()), "done": True,
                            "done_reason": "unload" if unloaded else "load"}
     if chat:
         out["message"] = {"role": "assistant", "content": ""}
@@ -138,17 +161,24 @@ def _message(content: str, thinking: str | None, calls: list) -> dict[str, Any]:
     return msg
 
 
+def _lp(out: dict[str, Any], lps: list[TokenLogprob] | None) -> dict[str, Any]:
+    if lps is not None:
+        out["logprobs"] = logprobs(lps)
+    return out
+
+
 def chat_response(g: Generation) -> dict[str, Any]:
-    return {"model": g.model, "created_at": iso(time.time()), "message": _message(g.text, g.reasoning, g.tool_calls),
-            "done": True, "done_reason": _done_reason(g.finish_reason), **stats(g.usage)}
+    return _lp({"model": tagged(g.model), "created_at": iso(time.time()),
+                "message": _message(g.text, g.reasoning, g.tool_calls),
+                "done": True, "done_reason": _done_reason(g.finish_reason), **stats(g.usage)}, g.logprobs)
 
 
 def generate_response(g: Generation) -> dict[str, Any]:
-    out = {"model": g.model, "created_at": iso(time.time()), "response": g.text}
+    out = {"model": tagged(g.model), "created_at": iso(time.time()), "response": g.text}
     if g.reasoning:
         out["thinking"] = g.reasoning
-    return {**out, "done": True, "done_reason": _done_reason(g.finish_reason),
-            "context": g.prompt_tokens + g.tokens, **stats(g.usage)}
+    return _lp({**out, "done": True, "done_reason": _done_reason(g.finish_reason),
+                "context": g.prompt_tokens + g.tokens, **stats(g.usage)}, g.logprobs)
 
 
 def _has_output(d: Delta) -> bool:
@@ -156,35 +186,45 @@ def _has_output(d: Delta) -> bool:
 
 
 async def chat_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
-    first = True
+    first, model = True, tagged(stream.model)
+    want_lp, held = stream.req.sampling.logprobs, []  # logprobs of tokens whose text is held back
     async for d in stream:
+        held.extend(d.logprobs)
         if _has_output(d):
-            chunk = {"model": stream.model, "created_at": iso(time.time()),
+            chunk = {"model": model, "created_at": iso(time.time()),
                      "message": _message(d.text, d.reasoning, d.tool_calls), "done": False}
+            if want_lp:
+                chunk["logprobs"], held = logprobs(held), []
             if first and d.usage is not None:
                 chunk["ttft"] = round(d.usage.ttft, 6)
             first = False
             yield chunk
         if d.finish_reason:
-            yield {"model": stream.model, "created_at": iso(time.time()),
-                   "message": {"role": "assistant", "content": ""}, "done": True,
-                   "done_reason": _done_reason(d.finish_reason), **stats(d.usage or Usage())}
+            final = {"model": model, "created_at": iso(time.time()),
+                     "message": {"role": "assistant", "content": ""}, "done": True,
+                     "done_reason": _done_reason(d.finish_reason), **stats(d.usage or Usage())}
+            yield _lp(final, held if want_lp and held else None)
 
 
 async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
-    first, tokens = True, []
+    first, tokens, model = True, [], tagged(stream.model)
+    want_lp, held = stream.req.sampling.logprobs, []
     async for d in stream:
         tokens.extend(d.tokens)
+        held.extend(d.logprobs)
         if d.text or d.reasoning:
-            chunk = {"model": stream.model, "created_at": iso(time.time()), "response": d.text}
+            chunk = {"model": model, "created_at": iso(time.time()), "response": d.text}
             if d.reasoning:
                 chunk["thinking"] = d.reasoning
+            if want_lp:
+                chunk["logprobs"], held = logprobs(held), []
             chunk["done"] = False
             if first and d.usage is not None:
                 chunk["ttft"] = round(d.usage.ttft, 6)
             first = False
             yield chunk
         if d.finish_reason:
-            yield {"model": stream.model, "created_at": iso(time.time()), "response": "", "done": True,
-                   "done_reason": _done_reason(d.finish_reason), "context": stream.prompt_tokens + tokens,
-                   **stats(d.usage or Usage())}
+            final = {"model": model, "created_at": iso(time.time()), "response": "", "done": True,
+                     "done_reason": _done_reason(d.finish_reason), "context": stream.prompt_tokens + tokens,
+                     **stats(d.usage or Usage())}
+            yield _lp(final, held if want_lp and held else None)

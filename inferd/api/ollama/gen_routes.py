@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from inferd.api.deps import get_service
+from inferd.api.ollama import defaults
 from inferd.api.ollama import gen_convert as convert
 from inferd.api.ollama.convert import keep_alive
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest
@@ -25,6 +26,7 @@ async def _load_only(svc: InferenceService, body: ChatRequest | GenerateRequest,
 async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depends(get_service)):
     if convert.is_load_only(None, body.messages):
         return await _load_only(svc, body, chat=True)
+    defaults.apply(svc.registry.lookup(body.model), body)
     req = convert.chat_request(body)
     if req.stream:
         stream = await svc.open_generation(req)
@@ -34,8 +36,9 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
 
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request, svc: InferenceService = Depends(get_service)):
-    if convert.is_load_only(body.prompt, None, body.context):
+    if convert.is_load_only(body.prompt, None, body.context) and not body.images:
         return await _load_only(svc, body, chat=False)
+    defaults.apply(svc.registry.lookup(body.model), body)
     req = convert.generate_request(body)
     if req.stream:
         stream = await svc.open_generation(req)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class OllamaMessage(BaseModel):
@@ -27,6 +27,8 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None  # GenAIServer's extension
     think: bool | str | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
 
 
 class GenerateRequest(BaseModel):
@@ -44,3 +46,5 @@ class GenerateRequest(BaseModel):
     keep_alive: str | float | None = None
     images: list[str] | None = None
     think: bool | str | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)

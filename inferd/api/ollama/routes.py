@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from fastapi import APIRouter, Depends
 
 from inferd import __version__
 from inferd.api.deps import get_service
 from inferd.api.ollama import convert
 from inferd.api.ollama.schemas import ShowRequest
-from inferd.service import InferenceService
+from inferd.service import InferenceService, model_info
 
 router = APIRouter(prefix="/api")
 
 
 @router.get("/version")
 async def version() -> dict:
-    return {"version": __version__}
+    return {"version": convert.OLLAMA_API_VERSION, "inferd_version": __version__}
 
 
 @router.get("/tags")
@@ -30,5 +31,7 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.resolve(req.model or req.name, *convert.OLLAMA_KINDS)
-    return convert.show(spec, svc.started_at)
+    spec = svc.registry.resolve_served(req.model or req.name, convert.OLLAMA_KINDS)
+    meta = await asyncio.to_thread(svc.models_mgr.gguf_metadata, spec)
+    template = await svc.chat_template(spec)
+    return convert.show(spec, svc.started_at, meta, template, model_info.capabilities(spec, template))

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from inferd.api.openai.embed_schemas import EmbeddingRequest, RerankRequest
-from inferd.errors import InvalidInput
+from inferd.errors import InvalidInput, ModelNotSupported
 from inferd.service import EmbedResult, RerankResult
 
 
@@ -35,6 +35,13 @@ def sparse(v: Any) -> dict[str, list]:
     return {"indices": v.indices.tolist(), "values": v.values.tolist()}
 
 
+def check_dense(spec: Any) -> None:
+    """OpenAI's `embedding` is an array of numbers; a sparse vector has no place in it."""
+    if "sparse" in spec.capabilities:
+        raise ModelNotSupported(f"model '{spec.name}' is a sparse embedder; OpenAI embeddings are dense "
+                                "arrays: use /ai/v1/embeddings for its {indices, values} vectors")
+
+
 def check_format(r_sparse: bool, encoding_format: str) -> None:
     if r_sparse and encoding_format == "base64":
         raise InvalidInput("encoding_format base64 applies to dense vectors; this model is sparse",
@@ -42,7 +49,9 @@ def check_format(r_sparse: bool, encoding_format: str) -> None:
 
 
 def embeddings_response(r: EmbedResult, encoding_format: str) -> dict[str, Any]:
-    check_format(r.sparse, encoding_format)
+    if r.sparse:  # the route checks the spec first; this holds for a model that said nothing
+        raise ModelNotSupported(f"model '{r.model}' is a sparse embedder; OpenAI embeddings are dense "
+                                "arrays: use /ai/v1/embeddings for its {indices, values} vectors")
     return {"object": "list", "model": r.model,
             "data": [{"object": "embedding", "index": i, "embedding": vector(v, encoding_format)}
                      for i, v in enumerate(r.items)],

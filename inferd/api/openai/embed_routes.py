@@ -11,6 +11,7 @@ from inferd.api.deps import get_service
 from inferd.api.openai import embed_convert as convert
 from inferd.api.openai.embed_schemas import EmbeddingRequest, RerankRequest
 from inferd.api.streaming import cancel_on_disconnect
+from inferd.registry.spec import ModelKind
 from inferd.service import InferenceService
 
 router = APIRouter()
@@ -20,7 +21,8 @@ router = APIRouter()
 @router.post("/embeddings")
 async def embeddings(req: EmbeddingRequest, request: Request,
                      svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    work = svc.embed(req.model, convert.embed_inputs(req), dimensions=req.dimensions)
+    convert.check_dense(svc.spec_for(req.model, ModelKind.EMBEDDER))  # before any model work
+    work = svc.embed(req.model, convert.embed_inputs(req), dimensions=req.dimensions, truncate=req.truncate)
     r = await cancel_on_disconnect(request, work)  # a gone client's inputs are skipped by the batcher
     # JSONResponse directly: FastAPI's encoder walks every float of every vector (slow).
     return JSONResponse(convert.embeddings_response(r, req.encoding_format))

@@ -17,6 +17,9 @@ class EmbeddingRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     user: str | None = None
+    # OpenAI answers an over-long input with a 400; `truncate: true` (llama-server, vLLM,
+    # Infinity) opts into keeping its first tokens instead.
+    truncate: bool = False
 
 
 class RerankDocument(BaseModel):

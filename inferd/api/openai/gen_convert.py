@@ -11,7 +11,7 @@ from typing import Any
 from inferd.api.openai.gen_schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
-from inferd.types import ChatOptions, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage
+from inferd.types import ChatOptions, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage, total_usage
 
 
 def new_id(prefix: str) -> str:
@@ -53,10 +53,9 @@ def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0
 
 
 def _common(body: SamplingFields) -> dict[str, Any]:
-    if body.n != 1:
-        raise InvalidInput("n > 1 is not supported; send several requests (they decode together)", "n")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream}
+    return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream,
+            "n": body.n}
 
 
 def chat_options(body: ChatCompletionRequest) -> ChatOptions:
@@ -68,7 +67,19 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions:
                        enable_thinking=requested_thinking(body.enable_thinking, body.chat_template_kwargs))
 
 
+# The roles OpenAI's chat API accepts; any other is a 400 there, so here too.
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def check_roles(messages: list) -> None:
+    for i, m in enumerate(messages):
+        if m.role not in ROLES:
+            raise InvalidInput(f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}, not {m.role!r}",
+                               f"messages.{i}.role")
+
+
 def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
+    check_roles(body.messages)
     top = body.top_logprobs or 0
     if top and not body.logprobs:
         raise InvalidInput("top_logprobs needs logprobs: true", "top_logprobs")
@@ -144,13 +155,26 @@ def completion_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
         offsets.append(pos)
         pos += len(t.text)
     return {"tokens": [t.text for t in lps], "token_logprobs": [t.logprob for t in lps],
-            "top_logprobs": [{s: lp for _i, s, _b, lp in t.top} for t in lps], "text_offset": offsets}
+            "top_logprobs": [_top_by_text(t) for t in lps], "text_offset": offsets}
+
+
+def _top_by_text(t: TokenLogprob) -> dict[str, float]:
+    """The legacy API keys alternatives by text, and two tokens can share a text: keep the
+    larger logprob, and give the sampled token's text the logprob reported for it."""
+    out: dict[str, float] = {}
+    for _i, s, _b, lp in t.top:
+        if s not in out or lp > out[s]:
+            out[s] = lp
+    if t.top:
+        out[t.text] = t.logprob
+    return out
 
 
 def chat_message(g: Generation) -> dict[str, Any]:
     """The assistant message: content (null when the answer is only tool calls), and
     `reasoning_content` / `tool_calls` when there are any."""
-    msg: dict[str, Any] = {"role": "assistant", "content": g.text if g.text or not g.tool_calls else None}
+    msg: dict[str, Any] = {"role": "assistant", "content": g.text if g.text or not g.tool_calls else None,
+                           "refusal": None}  # required by OpenAI's schema; a local model never refuses
     if g.reasoning:
         msg["reasoning_content"] = g.reasoning
     if g.tool_calls:
@@ -159,19 +183,20 @@ def chat_message(g: Generation) -> dict[str, Any]:
 
 
 def chat_response(g: Generation, antfly: bool = False) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "message": chat_message(g),
-                              "logprobs": chat_logprobs(g.logprobs) if g.logprobs is not None else None,
-                              "finish_reason": g.finish_reason}
+    choices = [{"index": c.index, "message": chat_message(c),
+                "logprobs": chat_logprobs(c.logprobs) if c.logprobs is not None else None,
+                "finish_reason": c.finish_reason} for c in [g, *g.choices]]
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
-            "choices": [choice], "usage": usage_dict(g.usage, antfly), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage, antfly), "timings": timings(g.usage)}
 
 
 def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
     prefix = echo_text or ""
-    choice = {"index": 0, "text": prefix + g.text, "finish_reason": g.finish_reason,
-              "logprobs": completion_logprobs(g.logprobs, len(prefix)) if g.logprobs is not None else None}
+    choices = [{"index": c.index, "text": prefix + c.text, "finish_reason": c.finish_reason,
+                "logprobs": completion_logprobs(c.logprobs, len(prefix)) if c.logprobs is not None else None}
+               for c in [g, *g.choices]]
     return {"id": new_id("cmpl"), "object": "text_completion", "created": int(g.created), "model": g.model,
-            "choices": [choice], "usage": usage_dict(g.usage), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage)}
 
 
 # ---- streams ----------------------------------------------------------------------------------
@@ -189,11 +214,14 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
     cid, created = "chatcmpl-" + stream.id, int(stream.created)
     head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model}
     want_lp = stream.req.sampling.logprobs
-    yield {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                "finish_reason": None}]}
-    first, usage = True, None
+    n = max(1, stream.req.n)
+    for i in range(n):
+        yield {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                    "finish_reason": None}]}
+    first = True
+    usages: list[Usage | None] = [None] * n
     async for d in stream:
-        usage = d.usage or usage
+        usages[d.index] = d.usage or usages[d.index]
         delta: dict[str, Any] = {}
         if d.reasoning:
             delta["reasoning_content"] = d.reasoning
@@ -202,15 +230,16 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
         if d.tool_calls:
             delta["tool_calls"] = [c.openai_delta() for c in d.tool_calls]
         if delta or (want_lp and d.logprobs):
-            choice = {"index": 0, "delta": delta or {"content": ""},
+            choice = {"index": d.index, "delta": delta or {"content": ""},
                       "logprobs": chat_logprobs(d.logprobs) if want_lp else None, "finish_reason": None}
             yield _progress({**head, "choices": [choice]}, d.usage, first)
             first = False
         if d.finish_reason:
-            final = {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+            final = {**head, "choices": [{"index": d.index, "delta": {}, "logprobs": None,
                                           "finish_reason": d.finish_reason}]}
             yield _progress(final, d.usage, first)
-    if include_usage and usage is not None:
+    if include_usage and all(u is not None for u in usages):
+        usage = total_usage([u for u in usages if u is not None])
         yield {**head, "choices": [], "usage": usage_dict(usage, antfly), "timings": timings(usage)}
 
 
@@ -219,17 +248,21 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
     cid, created = "cmpl-" + stream.id, int(stream.created)
     head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model}
     want_lp = stream.req.sampling.logprobs
-    first, usage, offset = True, None, 0
+    n = max(1, stream.req.n)
+    first, offsets = True, [0] * n
+    usages: list[Usage | None] = [None] * n
     if echo_text:
-        yield {**head, "choices": [{"index": 0, "text": echo_text, "logprobs": None, "finish_reason": None}]}
-        offset = len(echo_text)
+        for i in range(n):
+            yield {**head, "choices": [{"index": i, "text": echo_text, "logprobs": None, "finish_reason": None}]}
+        offsets = [len(echo_text)] * n
     async for d in stream:
-        usage = d.usage or usage
+        usages[d.index] = d.usage or usages[d.index]
         if d.text or (want_lp and d.logprobs) or d.finish_reason:
-            choice = {"index": 0, "text": d.text, "finish_reason": d.finish_reason,
-                      "logprobs": completion_logprobs(d.logprobs, offset) if want_lp else None}
-            offset += len(d.text)
+            choice = {"index": d.index, "text": d.text, "finish_reason": d.finish_reason,
+                      "logprobs": completion_logprobs(d.logprobs, offsets[d.index]) if want_lp else None}
+            offsets[d.index] += len(d.text)
             yield _progress({**head, "choices": [choice]}, d.usage, first)
             first = False
-    if include_usage and usage is not None:
+    if include_usage and all(u is not None for u in usages):
+        usage = total_usage([u for u in usages if u is not None])
         yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage)}

@@ -40,7 +40,7 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     logit_bias: dict[str, float] | None = None
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=8)  # as vLLM and llama-server; at most the model's parallel slots
     ignore_eos: bool = False
     grammar: str | None = None
 

@@ -19,5 +19,5 @@ async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.resolve(model_id, *convert.OPENAI_KINDS)
+    spec = svc.registry.resolve_served(model_id, convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
     return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))

@@ -82,6 +82,45 @@ class LlamaContext:
                               (" (no room left in the KV cache)" if rc == 1 else ""))
         return rows
 
+    def decode_embd(self, seq: int, embd: np.ndarray, p0: int, want: bool, non_causal: bool = False) -> int:
+        """Decode precomputed input embeddings ([n, n_embd] float32, e.g. an image's) for one
+        sequence at positions p0.. . Causal spans longer than n_batch go in several decodes;
+        a non-causal span (the model attends over the whole image at once) must fit one.
+        Returns the row of the last position's logits (-1 when not wanted)."""
+        n, dim = embd.shape
+        step = self.cfg.n_batch
+        if non_causal and n > step:
+            raise DecodeError(f"an image of {n} tokens needs n_batch >= {n} (this context has {step})")
+        embd = np.ascontiguousarray(embd, dtype=np.float32)
+        if non_causal:
+            L.llama_set_causal_attn(self.ptr, False)
+        try:
+            row = -1
+            for a in range(0, n, step):
+                m = min(step, n - a)
+                b = L.llama_batch_init(m, dim, 1)
+                try:
+                    ctypes.memmove(b.embd, embd[a:a + m].ctypes.data, m * dim * 4)
+                    for j in range(m):
+                        b.pos[j] = p0 + a + j
+                        b.n_seq_id[j] = 1
+                        b.seq_id[j][0] = seq
+                        b.logits[j] = 0
+                    last = a + m == n
+                    if want and last:
+                        b.logits[m - 1] = 1
+                    b.n_tokens = m
+                    rc = L.llama_decode(self.ptr, b)
+                    if rc != 0:
+                        raise DecodeError(f"llama_decode of image embeddings failed with code {rc}")
+                    row = m - 1 if want and last else -1
+                finally:
+                    L.llama_batch_free(b)
+            return row
+        finally:
+            if non_causal:
+                L.llama_set_causal_attn(self.ptr, True)
+
     def logits(self, row: int) -> np.ndarray:
         """A view of one row's logits; valid until the next decode."""
         return np.ctypeslib.as_array(L.llama_get_logits_ith(self.ptr, row), (self.model.n_vocab,))

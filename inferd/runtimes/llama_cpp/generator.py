@@ -16,8 +16,9 @@ from inferd.models import ModelSpec, model_ggufs
 from inferd.runtimes.llama_cpp.context import ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
+from inferd.runtimes.llama_cpp.vision import ImageChunk, Projector
 from inferd.runtimes.options import RuntimeOptions
-from inferd.types import SamplingParams, TokenLogprob
+from inferd.types import Image, SamplingParams, TokenLogprob
 
 log = logging.getLogger("inferd.llama")
 
@@ -41,7 +42,7 @@ def resolve_gguf(spec: ModelSpec) -> Path:
 
 class LlamaGenerator:
     def __init__(self, spec: ModelSpec, n_seq: int = 4, n_threads: int | None = None,
-                 n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH):
+                 n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH, mmproj: Path | None = None):
         self.spec, self.name = spec, spec.name
         self.size_bytes = 0  # weights + KV cache, estimated below (the registry's memory budget)
         self.model = LlamaModel(resolve_gguf(spec))
@@ -59,7 +60,12 @@ class LlamaGenerator:
             cfg = ContextConfig(n_seq=n_seq, n_ctx_seq=self.n_ctx_seq, n_batch=self.n_batch,
                                 n_threads=n_threads or os.cpu_count() or 1)
             self.ctx = LlamaContext(self.model, cfg)
+            self.projector: Projector | None = None
+            if mmproj is not None:  # images in prompts (vision.py)
+                self.projector = Projector(mmproj, self.model, cfg.n_threads)
         except BaseException:
+            if getattr(self, "ctx", None) is not None:
+                self.ctx.close()
             self.model.close()
             raise
         self.chat_template = self._template()
@@ -88,6 +94,8 @@ class LlamaGenerator:
     def close(self) -> None:
         """Free the native context and weights. Only once the engine's worker has stopped:
         the composition root's handle guarantees that."""
+        if self.projector is not None:
+            self.projector.close()
         self.ctx.close()
         self.model.close()
 
@@ -114,6 +122,22 @@ class LlamaGenerator:
     def check_tokens(self, tokens: list[int], param: str = "prompt") -> None:
         self.model.check_tokens(tokens, param)
 
+    @property
+    def vision(self) -> bool:
+        return self.projector is not None
+
+    def tokenize_multimodal(self, text: str, images: list[Image]) -> tuple[list[int], dict[int, ImageChunk]]:
+        """A rendered prompt with one media marker per image -> ids (images as placeholder
+        spans) and the image chunks by span start. BOS as in tokenize_rendered."""
+        if self.projector is None:
+            raise InvalidInput(f"model '{self.name}' cannot read images (no vision projector)", "messages")
+        has_bos = bool(self.bos_text) and text.startswith(self.bos_text)
+        return self.projector.tokenize(text, images, add_special=not has_bos)
+
+    @property
+    def media_marker(self) -> str | None:
+        return self.projector.marker if self.projector is not None else None
+
     def make_sampler(self, params: SamplingParams) -> Sampler:
         return Sampler(self.model, params)
 
@@ -138,6 +162,15 @@ class LlamaGenerator:
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
 
+    def decode_media(self, seq: int, chunk: ImageChunk, p0: int, want: bool) -> int:
+        """Encode an image and decode its embeddings at p0.. of `seq` (worker thread)."""
+        assert self.projector is not None
+        try:
+            embd = self.projector.encode(chunk)
+        finally:
+            chunk.close()  # encoded once; a later turn finds its cells in the prefix cache
+        return self.ctx.decode_embd(seq, embd, p0, want, chunk.non_causal)
+
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         return self.ctx.seq_rm(seq, p0, p1)
 
@@ -159,7 +192,12 @@ def estimate_bytes(model: LlamaModel, kv_tokens: int) -> int:
 def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> LlamaGenerator:
     """(GENERATOR, "gguf"): `--parallel` slots (or the manifest's), `--threads` CPU threads."""
     n_seq = int(spec.manifest.get("parallel") or opts.parallel)
+    mmproj = spec.manifest.get("mmproj")
+    if mmproj and spec.path is not None and not Path(mmproj).is_absolute():
+        base = Path(spec.path) if Path(spec.path).is_dir() else Path(spec.path).parent
+        mmproj = base / mmproj
     try:
-        return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch)
+        return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch,
+                              mmproj=Path(mmproj) if mmproj else None)
     except InvalidInput as e:
         raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e

@@ -62,6 +62,7 @@ class LlamaModel:
         self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
         # For the KV-cache size estimate: K and V hold n_head_kv * head_dim values per layer.
         self.n_layer = int(L.llama_model_n_layer(model))
+        self.n_embd = int(L.llama_model_n_embd(model))
         n_head = max(1, int(L.llama_model_n_head(model)))
         self.n_embd_kv = int(L.llama_model_n_embd(model)) * int(L.llama_model_n_head_kv(model)) // n_head
         self._piece_cache: dict[int, bytes] = {}
@@ -132,22 +133,44 @@ class LlamaModel:
         self._piece_cache[key] = out
         return out
 
+    @cached_property
+    def add_space_prefix(self) -> bool:
+        """SentencePiece vocabularies that put a space before the text when tokenizing."""
+        return (self.meta("tokenizer.ggml.add_space_prefix") or "").lower() == "true"
+
     def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        """The tokens' pieces joined exactly, so detokenize(tokenize(x)) == x. Not
+        llama_detokenize: for vocabularies with `clean_spaces` it rewrites " ?" as "?" and
+        " , " as ", ", which is not the text that was tokenized. The only edit kept is the
+        one tokenizing made: the space a SentencePiece vocabulary put before the text."""
         self.check_tokens(tokens)
-        if not tokens:
-            return ""
-        arr = (L.llama_token * len(tokens))(*tokens)
-        cap = len(tokens) * 16 + 16
-        buf = ctypes.create_string_buffer(cap)
-        n = L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, special)
-        if n < 0:
-            cap = -n
-            buf = ctypes.create_string_buffer(cap)
-            n = L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, special)
-        return buf.raw[:n].decode("utf-8", "replace")
+        data = b"".join(self.piece(t, special) for t in tokens)
+        if self.add_space_prefix:
+            first = next((self.piece(t, special) for t in tokens if self.piece(t, special)), b"")
+            if first.startswith(b" "):
+                data = data[1:]
+        return data.decode("utf-8", "replace")
 
     def check_tokens(self, tokens: list[int], param: str = "tokens") -> None:
         bad = [t for t in tokens if not isinstance(t, int) or t < 0 or t >= self.n_vocab]
         if bad:
             raise InvalidInput(f"token id {bad[0]} is out of range for this model (vocabulary of "
                                f"{self.n_vocab})", param)
+
+
+def read_chat_template(path: Path) -> tuple[str | None, str]:
+    """(tokenizer.chat_template, general.architecture) of a GGUF file, read with the
+    vocabulary only (no weights, milliseconds): for catalogs that must not load a model."""
+    init_backend()
+    params = L.llama_model_default_params()
+    params.vocab_only = True
+    model = L.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelLoadFailed(f"llama.cpp could not read {path} (not a valid GGUF model?)")
+    try:
+        raw = L.llama_model_chat_template(model, None)
+        buf = ctypes.create_string_buffer(64)
+        n = L.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf))
+        return (raw.decode("utf-8", "replace") if raw else None), (buf.value.decode() if n >= 0 else "")
+    finally:
+        L.llama_model_free(model)

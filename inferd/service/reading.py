@@ -1,0 +1,90 @@
+"""ReadingService: `/ai/v1/read`, OCR and document understanding on reader models.
+
+Order of checks (each before anything more expensive): the served name (404 unknown, 400
+wrong kind or unsupported architecture) and the request's own limits (400); a capacity slot
+(503 when overloaded, nothing fetched); media admission (bytes, headers, pixels: 400/413,
+scheduling/media.py); decoding; only then the model is loaded and the images join its batcher,
+where they share batches with other requests' images."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from inferd.errors import InferdError, InvalidInput, ModelNotSupported
+from inferd.media.sources import MediaRef
+from inferd.models import ModelKind, ModelSpec
+from inferd.registry.registry import Registry
+from inferd.scheduling.admission import Admission
+from inferd.scheduling.media import MediaAdmission, decode_all
+from inferd.service.core import Catalog
+from inferd.service.handles import EncoderHandle, ReaderRuntime
+from inferd.types import ReadItem, ReadOutput
+
+MAX_IMAGES = 64           # images per /read request
+MAX_TOKENS = 4096         # generated tokens per image (encoder-decoder readers)
+MAX_PROMPT_CHARS = 4096
+
+
+@dataclass
+class ReadResult:
+    model: str
+    outputs: list[ReadOutput] = field(default_factory=list)
+    load_seconds: float = 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(o.prompt_tokens for o in self.outputs)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(o.completion_tokens for o in self.outputs)
+
+
+class ReadingService:
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, media: MediaAdmission):
+        self.catalog, self.registry, self.admission, self.media = catalog, registry, admission, media
+
+    def spec_for(self, model: str | None) -> ModelSpec:
+        spec = self.catalog.resolve(model, ModelKind.READER)
+        reason = spec.manifest.get("unsupported")
+        if reason:
+            raise ModelNotSupported(f"reader '{spec.name}': {reason}")
+        return spec
+
+    async def read(self, model: str | None, refs: Sequence[MediaRef], prompt: str | None = None,
+                   max_tokens: int = 256, keep_alive: float | None = None) -> ReadResult:
+        spec = self.spec_for(model)
+        if not refs:
+            raise InvalidInput("'images' must hold at least one image", "images")
+        if len(refs) > MAX_IMAGES:
+            raise InvalidInput(f"at most {MAX_IMAGES} images per request (got {len(refs)})", "images")
+        if not 1 <= max_tokens <= MAX_TOKENS:
+            raise InvalidInput(f"max_tokens must be between 1 and {MAX_TOKENS}", "max_tokens")
+        if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
+            raise InvalidInput(f"prompt is longer than {MAX_PROMPT_CHARS} characters", "prompt")
+        if prompt is not None and not prompt.strip():
+            prompt = None
+        async with self.admission.slot(self.media.weight(refs, per_two_images=True)):
+            async with self.media.admit(refs) as grant:
+                images = await decode_all(grant)
+                for x in images:
+                    if isinstance(x, InferdError):
+                        raise x
+                items = [ReadItem(img, prompt, max_tokens, threading.Event()) for img in images]
+                t0 = time.perf_counter()
+                async with self.registry.use(spec.name, [ModelKind.READER], keep_alive) as handle:
+                    load_seconds = time.perf_counter() - t0
+                    h: EncoderHandle[ReaderRuntime] = handle
+                    for it in items:
+                        h.encoder.check(it)
+                    try:
+                        outs = await h.batcher.submit(items, [1] * len(items))
+                    except asyncio.CancelledError:  # the client left: a running decode stops at its next step
+                        for it in items:
+                            it.stop.set()
+                        raise
+        return ReadResult(spec.name, list(outs), load_seconds)

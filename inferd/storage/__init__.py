@@ -1,0 +1,1 @@
+"""Server-side storage: uploaded files (files.py)."""
