@@ -70,7 +70,8 @@ class InferenceService:
         self.tabular = TabularService(self.catalog, registry, admission)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
-        self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate)
+        self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
+                                            self.reading.read)
         self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod

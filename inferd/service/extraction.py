@@ -45,6 +45,7 @@ MAX_STRUCTURE_JOBS = 256   # inputs x structures of one request (each is a gener
 MAX_CLASSIFY_PASSES = 4096
 _INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
+Read = Callable[..., Awaitable[Any]]  # ReadingService.read(model, refs) -> ReadResult
 
 
 class Piece(Protocol):
@@ -88,8 +89,10 @@ def part_capabilities(spec: ModelSpec) -> set[str]:
 
 
 class ExtractionService:
-    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate):
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate,
+                 read: Read | None = None):
         self.catalog, self.registry, self.admission, self._generate = catalog, registry, admission, generate
+        self._read = read  # the readers' verb: image parts become text first (under media admission)
 
     # ---- model choice ------------------------------------------------------------------------
     def resolve(self, model: str | None, schema: ExtractSchema) -> ModelSpec:
@@ -130,14 +133,23 @@ class ExtractionService:
                                     f"({e.message})") from e
 
     # ---- the verb ------------------------------------------------------------------------------
-    async def extract(self, model: str | None, inputs: Sequence[str | InferdError], schema: ExtractSchema,
-                      options: ExtractOptions, per_item: bool = False) -> ExtractResult:
+    async def extract(self, model: str | None, inputs: Sequence[str | Sequence[Any] | InferdError],
+                      schema: ExtractSchema, options: ExtractOptions, per_item: bool = False) -> ExtractResult:
+        """`inputs`: a text, an error, or parts in order (texts and media references: the
+        images are read by an OCR reader and their text takes their place)."""
         spec = self.resolve(model, schema)
         generator = self._check_parts(spec, schema)
         if len(schema.structures) * len(inputs) > MAX_STRUCTURE_JOBS:
             raise InvalidInput(f"{len(inputs)} inputs x {len(schema.structures)} structures is more than "
                                f"{MAX_STRUCTURE_JOBS} generations in one request", "schema.structures")
-        items: list[Any] = [self._check_input(i, x) for i, x in enumerate(inputs)]
+        if not per_item:
+            for x in inputs:
+                if isinstance(x, InferdError):
+                    raise x
+        if any(isinstance(x, (list, tuple)) for x in inputs):
+            inputs = await self._read_images(spec, inputs, per_item)
+        texts: list[str | InferdError] = [x for x in inputs if isinstance(x, (str, InferdError))]
+        items: list[Any] = [self._check_input(i, x) for i, x in enumerate(texts)]
         if sum(len(x) for x in items if isinstance(x, str)) > MAX_TOTAL_CHARS:
             raise PayloadTooLarge(f"the inputs hold more than {MAX_TOTAL_CHARS} characters in all")
         if not per_item:
@@ -169,6 +181,38 @@ class ExtractionService:
                     raise x
         result.items = out
         return result
+
+    async def _read_images(self, spec: ModelSpec, inputs: Sequence[Any], per_item: bool) -> list[Any]:
+        """Each input with image parts -> its text: text parts and each image's OCR text in
+        order. The reader: the extractor manifest's `reader`, else the only one served."""
+        readers = self.catalog.models(ModelKind.READER)
+        reader = spec.manifest.get("reader") or (readers[0].name if len(readers) == 1 else None)
+        missing: InferdError | None = None
+        if self._read is None or not readers:
+            missing = CapabilityMissing("an input has an image part; extracting from images needs an OCR reader "
+                                        "('readers' capability), and none is served")
+        elif reader is None:
+            missing = InvalidInput(f"an input has an image part and {len(readers)} readers are served: name one "
+                                   f"in model '{spec.name}''s model_manifest.json 'reader'", "inputs")
+        out: list[Any] = []
+        for x in inputs:
+            if not isinstance(x, (list, tuple)):
+                out.append(x)
+                continue
+            refs = [p for p in x if not isinstance(p, str)]
+            try:
+                if missing is not None:
+                    raise missing
+                assert self._read is not None
+                r = await self._read(str(reader), refs)
+            except InferdError as e:
+                if not per_item:
+                    raise
+                out.append(e)
+                continue
+            texts = iter(o.text for o in r.outputs)
+            out.append("\n".join(p if isinstance(p, str) else next(texts) for p in x))
+        return out
 
     @staticmethod
     def _check_input(i: int, x: str | InferdError) -> str | InferdError:
