@@ -48,3 +48,17 @@ def test_the_cli_reports_a_bad_config_and_exits_2(tmp_path, capsys):
     p.write_text('[[models]]\nname = "chat"\npath = "/m/chat.gguf"\nnum_replicas = "two"\n')
     assert main(["serve", "--ray", "127.0.0.1:1", "--cluster-config", str(p), "--no-builtins"]) == 2
     assert "num_replicas" in capsys.readouterr().err
+
+
+def test_replica_metrics_escape_label_values():
+    from inferd.cluster.ingress import load_totals, replica_metrics
+
+    rows = [{"model": 'we"ird\\name', "replica": "r1", "node": None, "running": 1, "waiting": 0, "slots": 4,
+             "slots_free": 3},
+            {"model": 'we"ird\\name', "replica": "r2", "node": "n2", "running": 2, "waiting": 1, "slots": 4,
+             "slots_free": 2}]
+    lines = replica_metrics(rows).splitlines()
+    assert 'inferd_replica_running{model="we\\"ird\\\\name",replica="r1",node=""} 1' in lines
+    assert 'inferd_replica_running{model="we\\"ird\\\\name",replica="r2",node="n2"} 2' in lines
+    t = load_totals(rows)
+    assert (t["running"], t["waiting"], t["slots"], t["slots_free"], t["replicas"]) == (3, 1, 8, 5, 2)
