@@ -211,3 +211,14 @@ def test_admin_load_of_the_builtin_chunker_is_a_400(bare_srv):
     assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_supported", r.text
     r = httpx.post(bare_srv.url + "/admin/models/load", json={"model": "ghost"})
     assert r.status_code == 404
+
+
+def test_encoder_passes_of_one_request_are_bounded(extract_srv, monkeypatch):  # noqa: F811
+    from inferd.service import extraction
+
+    monkeypatch.setattr(extraction, "MAX_ENCODER_PASSES", 8)
+    text = "Bob Smith works at Acme in Paris. " * 40  # ~280 words: more than 8 windows of the tiny GLiNER
+    r = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": text}], "schema": {"entities": ["person"]}})
+    assert r.status_code == 413 and r.json()["error"] == "PAYLOAD_TOO_LARGE" and "encoder passes" in r.json()["message"]
+    r = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": "Bob Smith"}], "schema": {"entities": ["person"]}})
+    assert r.status_code == 200

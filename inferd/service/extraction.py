@@ -43,6 +43,9 @@ MAX_STRUCTURE_JOBS = 256   # inputs x structures of one request (each is a gener
 # Classifier passes of one request: inputs x classifications, and x labels for a zero-shot
 # (NLI) model, which scores each (text, label) pair in its own pass.
 MAX_CLASSIFY_PASSES = 4096
+# Encoder passes (word windows x label groups) of one stage of one request: a small model's
+# narrow window and many relation labels would otherwise make a 1 MB request hours of work.
+MAX_ENCODER_PASSES = 16384
 _INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
 Read = Callable[..., Awaitable[Any]]  # ReadingService.read(model, refs) -> ReadResult
@@ -236,6 +239,10 @@ class ExtractionService:
         """Run every group's pieces through the model's batcher in ONE submission; a group
         whose piece failed gets that piece's exception."""
         flat = [p for g in groups for p in g]
+        if len(flat) > MAX_ENCODER_PASSES:
+            raise PayloadTooLarge(f"the inputs need {len(flat)} encoder passes (text windows x label groups); the "
+                                  f"limit of one request is {MAX_ENCODER_PASSES}: send shorter or fewer texts, "
+                                  "or fewer labels")
         res = await handle.batcher.submit_each(flat, [p.cost for p in flat])
         out: list[list[Any] | BaseException] = []
         k = 0
