@@ -149,7 +149,9 @@ def show(spec: ModelSpec, started_at: float, meta: dict[str, Any] | None, templa
     if not d["parameter_size"] and meta.get("general.size_label"):
         d["parameter_size"] = str(meta["general.size_label"])
     out = {"modelfile": modelfile(spec, meta), "parameters": "\n".join(_param_lines(dict(m.get("options") or {}))),
-           "template": template if template is not None else _template(spec, meta),
+           # The Go template a model was created or pulled with, as Ollama shows it; else the
+           # (Jinja) template inferd renders with.
+           "template": str(m.get("ollama_template") or template or _template(spec, meta)),
            "details": d, "model_info": info,
            "capabilities": capabilities,
            "modified_at": iso(_mtime(spec, started_at))}
