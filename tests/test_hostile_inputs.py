@@ -222,3 +222,13 @@ def test_encoder_passes_of_one_request_are_bounded(extract_srv, monkeypatch):  #
     assert r.status_code == 413 and r.json()["error"] == "PAYLOAD_TOO_LARGE" and "encoder passes" in r.json()["message"]
     r = post(extract_srv, {"model": "tiny-gliner", "inputs": [{"content": "Bob Smith"}], "schema": {"entities": ["person"]}})
     assert r.status_code == 200
+
+
+def test_a_structure_too_big_for_the_context_is_a_400(extract_srv):  # noqa: F811
+    """Long field names fill the tiny generator's 4096-token context: the JSON cannot finish.
+    That is the request's fault (a 400 saying so), not an INFERENCE_FAILED 500."""
+    fields = {"f" * 1000 + str(i): "integer" for i in range(3)}
+    r = post(extract_srv, {"model": "tiny", "inputs": [{"content": "Bob"}],
+                           "schema": {"structures": {"p": {"fields": fields}}}}, timeout=120)
+    assert r.status_code == 400, r.text[-300:]
+    assert r.json()["error"] == "CONTEXT_LENGTH_EXCEEDED" and "structure 'p'" in r.json()["message"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inferd.chat.grammar import request_grammar
-from inferd.errors import (CapabilityMissing, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
+from inferd.errors import (CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
                            PayloadTooLarge)
 from inferd.extraction_types import (Classification, ClassificationSpec, Entity, ExtractItem, ExtractOptions,
                                      ExtractSchema, Relation, RelationSpec)
@@ -340,6 +340,14 @@ class ExtractionService:
                 return i, name, e
             result.prompt_tokens += g.usage.prompt_tokens
             result.completion_tokens += g.usage.completion_tokens
+            bound = json_budget(js)
+            if g.finish_reason == "length" and g.usage.completion_tokens < bound:
+                # The budget was cut below what the schema can need (by the model's context
+                # after the prompt, or the structure cap): the request's schema is too big.
+                return i, name, ContextOverflow(
+                    f"structure '{name}' can need up to {bound} tokens of JSON, but only "
+                    f"{g.usage.completion_tokens} fit after the prompt in model '{generator}' (at most "
+                    f"{MAX_STRUCTURE_TOKENS}): use fewer or shorter fields, or a shorter input")
             try:
                 if g.finish_reason == "length":
                     raise ValueError("the output did not finish within its token budget")
