@@ -60,7 +60,13 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--allow-private-media-urls", action="store_const", const=True, default=None,
       help="with --allow-remote-media, also fetch from loopback and private addresses")
     a("--media-fetch-timeout", type=float, help="seconds a remote image fetch may take (default 10)")
-    a("--cors-origins", help="comma-separated allowed origins (default *)")
+    a("--cors-origins", help="comma-separated web origins allowed besides loopback pages "
+      "(https://app.example, https://app.example:* for any port, * for all)")
+    a("--allowed-hosts", help="comma-separated Host names accepted besides IPs, localhost and --host "
+      "(DNS-rebinding protection; * for all)")
+    a("--max-batch-inputs", type=int, help="inputs per request: embeddings, rerank documents, "
+      "extract and rewrite inputs (default 2048)")
+    a("--prep-threads", type=int, help="threads preparing requests: templates, tokenizing, grammars (default 4)")
     a("--max-file-bytes", type=int, help="largest uploaded file (default 32 MiB)")
     a("--max-files-total-bytes", type=int, help="quota of all uploaded files (default 1 GiB)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
@@ -104,9 +110,11 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     for spec in service.registry.specs.values():
         log.info("  %-12s %s (%s, %s)", spec.kind.value, spec.name, spec.format, spec.source)
     app = create_app(settings, service)
+    from inferd.api.http_protocol import http_protocol
+
     # The first SIGTERM drains (observability/drain.py) before uvicorn's own shutdown runs.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, http=http_protocol())
     server = DrainingServer(config, service.observer.drain)
     server.run()
     return 0 if server.started else 1

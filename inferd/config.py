@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
     prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
+    max_batch_inputs: int = Field(2048, ge=1)   # inputs per request: embeddings, rerank documents, extract, rewrite
+    prep_threads: int = Field(4, ge=1, le=64)   # threads preparing requests (templates, tokenizing, grammars)
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)  # Host values besides loopback
 
     # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
     data_dir: Path = Path("~/.inferd")
@@ -116,7 +119,7 @@ class Settings(BaseSettings):
     download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
     ollama_registry: str = "https://registry.ollama.ai"
 
-    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # besides loopback origins
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 
@@ -124,10 +127,18 @@ class Settings(BaseSettings):
     slots_show_prompts: bool = False            # GET /slots shows each slot's cached text
     otlp_endpoint: str | None = None            # OpenTelemetry OTLP/HTTP collector (needs the otel extra)
 
-    @field_validator("models", "mmproj", "cors_origins", mode="before")
+    @field_validator("models", "mmproj", "cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> list[str]:
         return _split_list(v)
+
+    @field_validator("api_key", mode="after")
+    @classmethod
+    def _key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("api_key is empty: an empty key would let an empty Bearer token in; "
+                             "give a real key or none at all")
+        return v
 
     @field_validator("max_memory", mode="before")
     @classmethod

@@ -4,12 +4,25 @@ the envelope of the API family that asked. Nothing here knows about HTTP."""
 from __future__ import annotations
 
 
+MAX_ECHO = 200  # characters of a client's own value repeated in an error message
+
+
+def echo(value: object) -> str:
+    """A value from the request, cut short for an error message (a 1 MB model name is
+    not worth sending back)."""
+    text = str(value)
+    return text if len(text) <= MAX_ECHO else text[:MAX_ECHO] + f"... ({len(text)} characters)"
+
+
 class InferdError(Exception):
     """Base of every error a client may see. `message` is safe to show to the caller."""
 
     retryable = False
+    MAX_MESSAGE = 2000  # messages quoting request values are cut past this
 
     def __init__(self, message: str):
+        if len(message) > self.MAX_MESSAGE:
+            message = message[:self.MAX_MESSAGE] + f"... (message cut, {len(message)} characters)"
         super().__init__(message)
         self.message = message
 
@@ -31,10 +44,14 @@ class Unauthorized(InferdError):
         super().__init__(message)
 
 
+class Forbidden(InferdError):
+    """The request comes from a web page (Origin) or under a name (Host) that is not allowed."""
+
+
 class ModelNotFound(InferdError):
     def __init__(self, name: str, kind: str | None = None):
         what = f"{kind} model" if kind else "model"
-        super().__init__(f"{what} '{name}' not found")
+        super().__init__(f"{what} '{echo(name)}' not found")
         self.name = name
 
 

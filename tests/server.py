@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from inferd.api.app import create_app
+from inferd.api.http_protocol import http_protocol
 from inferd.config import Settings, load_settings
 from inferd.service import InferenceService
 
@@ -45,7 +46,7 @@ def serve(settings: Settings | None = None, **overrides: Any) -> Iterator[Runnin
     app = create_app(settings, service)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None,
-                                           access_log=False, lifespan="on"))
+                                           access_log=False, lifespan="on", http=http_protocol()))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
     thread.start()

@@ -92,12 +92,13 @@ def test_curl_style_form_content_type_is_parsed_as_json(srv):
 
 
 def test_request_id_and_cors(srv):
-    r = httpx.get(srv.url + "/v1/models", headers={"x-request-id": "abc123", "origin": "http://app.local"})
+    # Loopback pages are allowed by default (other origins: tests/test_hardening_browser.py).
+    r = httpx.get(srv.url + "/v1/models", headers={"x-request-id": "abc123", "origin": "http://localhost:3000"})
     assert r.headers["x-request-id"] == "abc123"
-    assert r.headers["access-control-allow-origin"] in ("*", "http://app.local")
+    assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
     assert len(httpx.get(srv.url + "/health").headers["x-request-id"]) >= 8
     pre = httpx.options(srv.url + "/v1/chat/completions", headers={
-        "origin": "http://app.local", "access-control-request-method": "POST"})
+        "origin": "http://127.0.0.1:5173", "access-control-request-method": "POST"})
     assert pre.status_code == 200
 
 

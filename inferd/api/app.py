@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import console, control, gen_control, observe
+from inferd.api import console, control, gen_control, observe, openapi_doc
 from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import extract_routes as antfly_extract
@@ -18,7 +18,8 @@ from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import read_routes as antfly_read
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
-from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, RequestContext
+from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext
+from inferd.api.origins import BrowserGuard, OriginPolicy
 from inferd.api.ollama import embed_routes as ollama_embed
 from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
@@ -29,7 +30,7 @@ from inferd.api.ollama import manage_routes as ollama_manage
 from inferd.api.openai import gen_routes as openai_gen
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
-from inferd.errors import InferdError, InvalidInput, NotFound
+from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.service import InferenceService
 
 ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
@@ -54,8 +55,8 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     msg = e.get("msg", "invalid value")
     if e.get("type") == "missing":
-        if param is None:  # the whole body is missing
-            return "a JSON request body is required", None
+        if param is None:  # the body itself
+            return "the request body is missing: send a JSON object", None
         return f"'{param}' is required", param
     more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
     return (f"{param}: {msg}" if param else msg) + more, param
@@ -93,9 +94,9 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
-            err: InferdError = NotFound(f"no route {request.method} {request.url.path}")
+            err: InferdError = NotFound(f"no route {request.method} {echo(request.url.path)}")
         elif exc.status_code == 405:
-            err = InvalidInput(f"method {request.method} not allowed on {request.url.path}")
+            err = InvalidInput(f"method {echo(request.method)} not allowed on {echo(request.url.path)}")
         else:
             err = InvalidInput(str(exc.detail))
         return error_response(err, family_of(request.url.path), status=exc.status_code)
@@ -106,18 +107,23 @@ def create_app(settings: Settings, service: InferenceService | None = None,
 
     for r in ROUTERS:
         app.include_router(r)
+    openapi_doc.install(app)  # the real statuses and envelopes, not FastAPI's 422
 
     # Outermost last: RequestContext sees every response, including auth and size refusals.
     for cls, kwargs in inner_middleware or ():
         app.add_middleware(cls, **kwargs)
     # Inside auth and CORS (its 503s get both), outside the cluster forwarder (drain gates all).
     app.add_middleware(observe.Observe, observer=service.observer)
+    app.add_middleware(JsonTextGuard)
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+    # BrowserGuard has refused every disallowed Origin before CORS runs, so CORS may echo any
+    # origin that reaches it (a "*" would also answer pages we never allowed).
+    app.add_middleware(CORSMiddleware, allow_origin_regex=".*", allow_methods=["*"],
                        allow_headers=["*"], expose_headers=["x-request-id", "retry-after", "x-queue-time",
                                                        "x-inference-time", "x-compute-tokens"])
+    app.add_middleware(BrowserGuard, policy=OriginPolicy(settings.cors_origins, settings.allowed_hosts, settings.host))
     app.add_middleware(RequestContext, metrics=service.metrics)
     return app

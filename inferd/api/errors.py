@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed,
+from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Forbidden, InferdError, InferenceFailed,
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized)
@@ -26,6 +26,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     ModelNotSupported: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
     CapabilityMissing: (400, "invalid_request_error", "MODEL_NOT_SUPPORTED"),
     Unauthorized: (401, "authentication_error", "UNAUTHORIZED"),
+    Forbidden: (403, "permission_error", "FORBIDDEN"),
     # OpenAI answers an unknown model with invalid_request_error / model_not_found (still 404).
     ModelNotFound: (404, "invalid_request_error", "MODEL_NOT_FOUND"),
     NotFound: (404, "not_found_error", "NOT_FOUND"),

@@ -1,8 +1,11 @@
-"""Pure ASGI middleware (streaming-safe): request ids + access log, API-key auth, body limit."""
+"""Pure ASGI middleware (streaming-safe): request ids + access log, API-key auth, body limit,
+and the JSON body text check."""
 
 from __future__ import annotations
 
 import hmac
+import json
+import re
 import logging
 import time
 import uuid
@@ -10,7 +13,7 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.api.errors import error_response, family_of
-from inferd.errors import PayloadTooLarge, Unauthorized
+from inferd.errors import InferdError, InvalidInput, PayloadTooLarge, Unauthorized
 from inferd.logs import request_id
 from inferd.metrics import Metrics
 
@@ -61,7 +64,9 @@ class ApiKeyAuth:
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in PUBLIC_PATHS
+        # No OPTIONS exemption: CORS preflights are answered by the CORS middleware outside
+        # this one; any other OPTIONS request is a request like the rest.
+        if (scope["type"] != "http" or scope["path"] in PUBLIC_PATHS
                 or scope["path"].startswith("/ui/")):  # the console's static files: it asks for the key itself
             return await self.app(scope, receive, send)
         auth = dict(scope["headers"]).get(b"authorization", b"")
@@ -128,3 +133,67 @@ class JsonByDefault:
                 # where RequestContext reads it for /metrics (a copy left POST routes "unmatched").
                 scope["headers"] = [*headers, (b"content-type", b"application/json")]
         await self.app(scope, receive, send)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def lone_surrogate(body: bytes) -> bool:
+    """Whether a JSON body decodes to a string holding a lone UTF-16 surrogate ("\\ud800"),
+    which no UTF-8 encoder, tokenizer or model accepts. Parsed again only when the body has a
+    surrogate escape at all (escaped emoji pairs are common and fine)."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return False
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return False  # not JSON: the framework reports it
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
+
+
+class JsonTextGuard:
+    """400 for a JSON body whose strings are not valid Unicode, before any route sees it:
+    lone surrogates otherwise fail deep inside encoders and tokenizers (UnicodeEncodeError,
+    TypeError: a 500). Sits inside BodyLimit, so it only ever holds a body within the limit."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"")
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH") or b"json" not in ctype:
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        first: Message | None = None
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    first = message  # the client left: let the app see it
+                    break
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+        except InferdError as e:  # BodyLimit: too large
+            return await error_response(e, family_of(scope["path"]))(scope, receive, send)
+        body = b"".join(chunks)
+        if first is None and lone_surrogate(body):
+            err = InvalidInput("the request body holds a lone UTF-16 surrogate escape (such as \\ud800): "
+                               "JSON strings must be valid Unicode")
+            return await error_response(err, family_of(scope["path"]))(scope, receive, send)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first or {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

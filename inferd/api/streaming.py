@@ -5,7 +5,9 @@
   client that left, and releases the admission slot.
 - A failure after the first byte cannot change the status any more; it becomes an error
   frame in the stream's own format, and the stream ends without its normal terminator.
-- Non-streamed requests watch for the client leaving too (`cancel_on_disconnect`)."""
+- Non-streamed requests watch for the client leaving too (`cancel_on_disconnect`), and so
+  do streamed ones until their stream opens: a client that leaves while queued for
+  admission or while its prompt is prepared leaves the queue / stops the work at once."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ _SHORT = {"d": (DIGIT, False), "D": (DIGIT, True), "w": (WORD, False), "W": (WOR
           "s": (SPACE, False), "S": (SPACE, True)}
 _SIMPLE = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
 _MAX_REP = 2000
+MAX_GROUP_DEPTH = 64  # the GBNF it becomes nests one group per level (the checker allows 100)
 
 
 def charset_gbnf(chars: CharSet) -> str:
@@ -53,6 +54,7 @@ def _text_gbnf(text: str) -> str:
 class _Parser:
     def __init__(self, pattern: str):
         self.p, self.i = pattern, 0
+        self.depth = 0  # groups open here; each is parsed recursively and nests in the grammar
 
     def peek(self) -> str:
         return self.p[self.i] if self.i < len(self.p) else ""
@@ -123,6 +125,9 @@ class _Parser:
             raise ValueError(f"nothing to repeat before '{{' at position {self.i}")
         c = self.take()
         if c == "(":
+            self.depth += 1
+            if self.depth > MAX_GROUP_DEPTH:
+                raise ValueError(f"groups nested more than {MAX_GROUP_DEPTH} deep")
             if self.peek() == "?":
                 if self.p[self.i:self.i + 2] != "?:":
                     raise ValueError("lookaround and named or flag groups are not supported")
@@ -130,6 +135,7 @@ class _Parser:
             inner = self.alternation()
             if self.take() != ")":
                 raise ValueError("missing ')'")
+            self.depth -= 1
             return f"({inner})", None
         if c == "[":
             return charset_gbnf(self.char_class()), None

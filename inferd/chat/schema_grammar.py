@@ -148,6 +148,10 @@ def int_range(lo: int | None, hi: int | None) -> str:
     return " | ".join(f"({a})" for a in alts) if len(alts) > 1 else (alts[0] if alts else "")
 
 
+MAX_SCHEMA_NODES = 4096   # values in one schema (subschemas, names, enum members ...)
+MAX_SCHEMA_DEPTH = 64
+
+
 class SchemaGrammar:
     """Accumulates rules for one grammar; `visit` returns a GBNF expression for a schema.
 
@@ -188,12 +192,33 @@ class SchemaGrammar:
         try:
             check_gbnf(text, param=self.param)
         except InvalidInput as e:  # our own output: only an unsatisfiable (e.g. endless) schema gets here
+            if "longer than" in e.message or "more than" in e.message:
+                raise InvalidInput(f"JSON schema is too large to constrain output ({e.message})",
+                                   param=self.param) from None
             raise InvalidInput(f"JSON schema cannot be satisfied by any finite value ({e.message})",
                                param=self.param) from None
         return text
 
+    def _check_size(self, schema, where: str) -> None:
+        """Refuse schemas past MAX_SCHEMA_NODES values (counted without recursion) and past
+        MAX_SCHEMA_DEPTH levels before building anything: 10^4 properties once took ~1 GB."""
+        todo, seen = [(schema, 0)], 0
+        while todo:
+            node, depth = todo.pop()
+            seen += 1
+            if seen > MAX_SCHEMA_NODES:
+                self.fail(where, f"the schema is too large (more than {MAX_SCHEMA_NODES} values)")
+            if depth > MAX_SCHEMA_DEPTH:
+                self.fail(where, f"the schema is nested more than {MAX_SCHEMA_DEPTH} levels deep")
+            if isinstance(node, dict):
+                todo.extend((v, depth + 1) for v in node.values())
+            elif isinstance(node, list):
+                todo.extend((v, depth + 1) for v in node)
+
     # -- schemas
     def visit(self, schema, where: str, root_doc=None) -> str:
+        if root_doc is None:
+            self._check_size(schema, where)
         doc = root_doc if root_doc is not None else schema
         if schema is True or schema == {}:
             return self.prim("jvalue")
@@ -456,10 +481,13 @@ class SchemaGrammar:
             star = self.rule(f"{where.split('/')[-1]}-extra-kv", f"{self.prim('jstring')} {ws} \":\" {ws} {value}")
         sep = f'"," {ws}'
         # rest[i]: members from slot i on, each preceded by a comma (something came before).
-        rest = [f"( {sep} {star} {ws} )*" if star else ""]
-        for kv, req in reversed(slots):
+        # Each is its own rule naming the next, so the grammar grows linearly with the slots.
+        base = where.split("/")[-1] or "object"
+        rest = [self.rule(f"{base}-rest", f"( {sep} {star} {ws} )*") if star else ""]
+        for i, (kv, req) in enumerate(reversed(slots)):
             item = f"{sep} {kv} {ws}"
-            rest.insert(0, f"{item} {rest[0]}" if req else f"( {item} )? {rest[0]}")
+            body = f"{item} {rest[0]}" if req else f"( {item} )? {rest[0]}"
+            rest.insert(0, self.rule(f"{base}-rest{len(slots) - i}", body))
         # first[i]: members from slot i on, none emitted yet (no leading comma).
         first = f"( {star} {ws} ( {sep} {star} {ws} )* )?" if star else ""
         for i in range(len(slots) - 1, -1, -1):

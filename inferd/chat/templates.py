@@ -15,10 +15,10 @@ from typing import Any
 import jinja2
 import jinja2.ext
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from inferd.chat.sandbox import bounded_environment, render_bounded
 from inferd.chat.tools import REASONING_FIELDS  # output-only: never replayed into a prompt
-from inferd.errors import CapabilityMissing, InvalidInput
+from inferd.errors import CapabilityMissing, InferdError, InvalidInput
 
 # Gemma (1, 2, 3): a system message is folded into the first user turn; the assistant is "model".
 GEMMA_TEMPLATE = (
@@ -72,10 +72,24 @@ def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: b
     return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
 
-@functools.lru_cache(maxsize=64)
+MAX_TEMPLATE_CHARS = 1 << 18   # real chat templates are a few KB; this is a request field
+MAX_CACHED_TEMPLATE_CHARS = 1 << 15
+
+
 def compile_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols", _GenerationTag])
+    """The compiled template, in the bounded sandbox (chat/sandbox.py). Small ones are
+    cached (models' own, repeated request ones); large ones are compiled each time, so 64
+    cache entries cannot pin megabytes each."""
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise InvalidInput(f"chat_template is longer than {MAX_TEMPLATE_CHARS} characters", "chat_template")
+    if len(source) > MAX_CACHED_TEMPLATE_CHARS:
+        return _compile(source)
+    return _compile_cached(source)
+
+
+def _compile(source: str) -> jinja2.Template:
+    env = bounded_environment(trim_blocks=True, lstrip_blocks=True,
+                              extensions=["jinja2.ext.loopcontrols", _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: _clock().strftime(fmt)
@@ -84,6 +98,11 @@ def compile_template(source: str) -> jinja2.Template:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise InvalidInput(f"chat template does not compile: {e.message} (line {e.lineno})", "chat_template") from e
+    except RecursionError as e:  # "((((...": Jinja's parser recurses per level
+        raise InvalidInput("chat template does not compile: nested too deeply", "chat_template") from e
+
+
+_compile_cached = functools.lru_cache(maxsize=64)(_compile)
 
 
 def _text_of(content: Any, index: int) -> str | None:
@@ -140,10 +159,14 @@ def render_chat(template: str | None, messages: list[dict[str, Any]], *, bos_tok
     variables.setdefault("datetime", now.strftime("%b %d %Y %H:%M:%S GMT"))
     variables.setdefault("functions", json.dumps(tools or [], indent=2))
     try:
-        return compile_template(template).render(**variables)
-    except InvalidInput:
+        return render_bounded(compile_template(template), variables)
+    except InferdError:
         raise
     except jinja2.TemplateError as e:
         raise InvalidInput(f"chat template failed: {e.message or e}", "messages") from e
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+    except RecursionError as e:  # a macro calling itself without end
+        raise InvalidInput("chat template failed: it recursed too deeply", "chat_template") from e
+    except (OverflowError, MemoryError) as e:  # the sandbox's range() cap, an overlarge number
+        raise InvalidInput(f"chat template failed: {e}", "chat_template") from e
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as e:
         raise InvalidInput(f"chat template failed on these messages: {e}", "messages") from e

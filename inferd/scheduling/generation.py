@@ -396,7 +396,13 @@ class GenerationEngine:
 
     def _on_token(self, job: Job, row: int, now: float) -> None:
         be = self.backend
-        tok = be.sample(job.sampler, row)
+        try:
+            tok = be.sample(job.sampler, row)
+        except InferdError as e:  # this sequence's own dead end (a grammar that allows no token)
+            job.next_token = None
+            self._emit(job, Delta(error=e))
+            self._close_job(job)
+            return
         if not job.t_first:
             job.t_first = now
             self.stats.ttft.observe(now - job.arrived)

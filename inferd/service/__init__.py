@@ -41,6 +41,7 @@ from inferd.service.lora import LoraService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
+from inferd.service.prep import PrepPool
 from inferd.service.tabular import PredictResult, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
@@ -64,14 +65,15 @@ class InferenceService:
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
-        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media)
-        self.encoders = EncoderService(self.catalog, registry, admission)
+        self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media,
+                                            PrepPool(settings.prep_threads))
+        self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
-                                            self.reading.read)
+                                            settings.max_batch_inputs, self.reading.read)
         self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod

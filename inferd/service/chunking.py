@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 from inferd.errors import Cancelled, InvalidInput, ModelUnloaded, Overloaded
 from inferd.models import ModelKind
 from inferd.scheduling.admission import Admission
@@ -24,6 +26,16 @@ class ChunkResult:
     cache_hit: bool
 
 
+CHUNK_CACHE_BYTES = 64 << 20
+
+
+def chunk_cache_size(key: Hashable, chunks: Any) -> int:
+    """Approximate bytes a cached chunking holds: its key text and every chunk (with the
+    per-object overhead of a Chunk and its str)."""
+    text = key[-1] if isinstance(key, tuple) else ""
+    return len(text) + sum(len(c.text) + 120 for c in chunks) + 200
+
+
 class ChunkingService:
     """/ai/v1/chunk: the built-in `fixed` chunker, or a model chunker's boundaries (through the
     encoder service), falling back to fixed chunking when the model fails; results cached."""
@@ -31,7 +43,8 @@ class ChunkingService:
     def __init__(self, catalog: Catalog, admission: Admission, encoders: EncoderService,
                  cache: TTLCache | None = None):
         self.catalog, self.admission, self.encoders = catalog, admission, encoders
-        self.cache = cache if cache is not None else TTLCache(ttl=120.0, max_items=1024)
+        self.cache = cache if cache is not None else TTLCache(
+            ttl=120.0, max_items=1024, max_bytes=CHUNK_CACHE_BYTES, size=chunk_cache_size)
 
     async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
         spec = self.catalog.resolve(model, ModelKind.CHUNKER, default="fixed")

@@ -21,7 +21,7 @@ from inferd.runtimes.common.pooling import truncate_dims
 from inferd.scheduling.admission import Admission
 from inferd.service.core import Catalog
 from inferd.service.handles import EmbedderRuntime, EncoderHandle
-from inferd.service.limits import check_input_count
+from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
 # Text, token ids, or an item a face already found unservable (its error: fails the request
@@ -56,8 +56,10 @@ class RerankResult:
 class EncoderService:
     """Embeddings, rerank and model-based chunk boundaries on the encoders' dynamic batchers."""
 
-    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission):
+    def __init__(self, catalog: Catalog, registry: Registry, admission: Admission,
+                 max_inputs: int = DEFAULT_MAX_BATCH_INPUTS):
         self.catalog, self.registry, self.admission = catalog, registry, admission
+        self.max_inputs = max_inputs  # --max-batch-inputs: embeddings inputs, rerank documents
 
     async def embed(self, model: str | None, inputs: Sequence[EmbedInput], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
@@ -68,7 +70,7 @@ class EncoderService:
         spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
-        check_input_count(len(inputs), "input")
+        check_input_count(len(inputs), self.max_inputs, "inputs")
         if dimensions is not None and dimensions < 1:
             raise InvalidInput("dimensions must be at least 1", "dimensions")
         if not per_item:  # fail fast before any model work
@@ -121,7 +123,7 @@ class EncoderService:
             raise InvalidInput("'query' must not be empty", "query")
         if not documents:  # one rule for empty lists everywhere (as for embedding inputs): 400
             raise InvalidInput(f"'{param}' must not be empty", param)
-        check_input_count(len(documents), param, "documents")
+        check_input_count(len(documents), self.max_inputs, "documents")
         async with self.admission.slot():
             async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as handle:
                 encs = await asyncio.to_thread(handle.encoder.prepare, query, list(documents))

@@ -29,6 +29,7 @@ from inferd.extraction_types import (Classification, ClassificationSpec, Entity,
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
+from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.service.core import Catalog
 from inferd.service.handles import EncoderHandle, EncoderRuntime
 from inferd.types import ChatOptions, GenerateRequest, Generation, SamplingParams
@@ -93,8 +94,9 @@ def part_capabilities(spec: ModelSpec) -> set[str]:
 
 class ExtractionService:
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate,
-                 read: Read | None = None):
+                 max_inputs: int = DEFAULT_MAX_BATCH_INPUTS, read: Read | None = None):
         self.catalog, self.registry, self.admission, self._generate = catalog, registry, admission, generate
+        self.max_inputs = max_inputs  # --max-batch-inputs
         self._read = read  # the readers' verb: image parts become text first (under media admission)
 
     # ---- model choice ------------------------------------------------------------------------
@@ -140,6 +142,7 @@ class ExtractionService:
                       schema: ExtractSchema, options: ExtractOptions, per_item: bool = False) -> ExtractResult:
         """`inputs`: a text, an error, or parts in order (texts and media references: the
         images are read by an OCR reader and their text takes their place)."""
+        check_input_count(len(inputs), self.max_inputs, "inputs")
         spec = self.resolve(model, schema)
         generator = self._check_parts(spec, schema)
         if len(schema.structures) * len(inputs) > MAX_STRUCTURE_JOBS:

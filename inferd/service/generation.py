@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.chat.gbnf import check_gbnf
+from inferd.chat.sandbox import RenderLimits, render_limits
 from inferd.chat.templates import render_chat
 from inferd.errors import Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.metrics import Metrics
@@ -32,6 +34,7 @@ from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
+from inferd.service.prep import PrepPool, cancel_flag, checkpoint
 from inferd.service.vision import image_refs, require_vision, to_images, with_markers
 from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob, Usage, total_usage
 
@@ -65,26 +68,62 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | No
     media: dict[int, Any] = {}
     try:
         return _prepare(rt, req, images, media)
+    except RecursionError as e:  # a pathological nesting a bounded check did not catch
+        _close_media(media)
+        raise InvalidInput("the request is nested too deeply to process") from e
+    except UnicodeError as e:  # a lone surrogate ("\ud800") is no text a model can read
+        _close_media(media)
+        raise InvalidInput(f"the request holds text that is not valid Unicode ({getattr(e, 'reason', e)})") from e
     except BaseException:
         for chunk in media.values():  # native image data of a request that failed here
             chunk.close()
         raise
 
 
+def _close_media(media: dict[int, Any]) -> None:
+    for chunk in media.values():
+        chunk.close()
+    media.clear()
+
+
+# Template variables the server sets itself; chat_template_kwargs may not replace them.
+RESERVED_TEMPLATE_KWARGS = frozenset({"template", "messages", "bos_token", "eos_token", "add_generation_prompt"})
+CHARS_PER_TOKEN_CAP = 32     # a rendered prompt longer than n_ctx * this cannot fit the context
+MIN_RENDER_CHARS = 1 << 16
+TEMPLATE_SECONDS = 10.0
+
+
 def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None,
              media: dict[int, Any]) -> Prepared:
+    # Runs on the prep pool (service/prep.py), inside the request's admission slot. Every stage
+    # is bounded (message count and rendered size tied to the context, a render deadline) and
+    # checks for cancellation (client gone) before it starts.
+    n_ctx = min(rt.n_ctx_seq, req.num_ctx) if req.num_ctx else rt.n_ctx_seq
+    if req.messages is not None and len(req.messages) > n_ctx:
+        raise ContextOverflow(f"{len(req.messages)} messages cannot fit a context window of {n_ctx} tokens",
+                              "messages")
+    bad = RESERVED_TEMPLATE_KWARGS & set(req.template_kwargs)
+    if bad:
+        raise InvalidInput(f"chat_template_kwargs may not set {sorted(bad)[0]!r}: the server sets it",
+                           "chat_template_kwargs")
+    checkpoint()
     template = req.chat_template or rt.chat_template
     use_template = req.messages is not None and bool(template or not req.template_fallback)
     plan = plan_request(req, template if use_template else None)
     text = ""
+    checkpoint()
     if use_template:
         messages, kwargs = req.messages, dict(req.template_kwargs)
         if plan is not None:
             messages = plan.messages
             kwargs.update(plan.template_kwargs)
         tools = kwargs.pop("tools", None)
-        text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
-                           add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
+        limits = RenderLimits(max_chars=max(MIN_RENDER_CHARS, n_ctx * CHARS_PER_TOKEN_CAP),
+                              deadline=time.monotonic() + TEMPLATE_SECONDS, cancelled=cancel_flag())
+        with render_limits(limits):
+            text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
+                               add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
+        checkpoint()
         if images:
             tokens, spans = rt.tokenize_multimodal(text, images)
             media.update(spans)
@@ -101,12 +140,12 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
     else:
         text = req.prompt or ""
         tokens = rt.tokenize(text, add_special=req.add_special and not req.prefix_tokens, parse_special=True)
+    checkpoint()
     if req.prefix_tokens:
         rt.check_tokens(req.prefix_tokens, "context")
         tokens = list(req.prefix_tokens) + tokens
     if not tokens:
         raise InvalidInput("the prompt is empty", "prompt")
-    n_ctx = min(rt.n_ctx_seq, req.num_ctx) if req.num_ctx else rt.n_ctx_seq
     if len(tokens) >= n_ctx:
         raise ContextOverflow(f"the prompt has {len(tokens)} tokens, but model '{req.model}' has a context "
                               f"window of {n_ctx} tokens", "messages" if req.messages is not None else "prompt")
@@ -121,6 +160,8 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
                                   f"({len(tokens) + max_tokens} in all)", "max_tokens")
         max_tokens = room
     sampling = req.sampling
+    if sampling.penalty_last_n > n_ctx:  # a window past the context only costs memory (Ollama repeat_last_n)
+        sampling = dataclasses.replace(sampling, penalty_last_n=n_ctx)
     if not 1 <= req.n <= max(1, getattr(rt, "n_seq", 1)):
         raise InvalidInput(f"n must be between 1 and {getattr(rt, 'n_seq', 1)} (the sequences model "
                            f"'{req.model}' runs at once)", "n")
@@ -128,10 +169,11 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
         grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
         if grammar is not None:
             sampling = dataclasses.replace(sampling, grammar=grammar)
-    elif sampling.grammar is not None:
-        from inferd.chat.gbnf import check_gbnf  # llama.cpp aborts the process on some bad grammars
-
-        check_gbnf(sampling.grammar)
+    checkpoint()
+    if sampling.grammar is not None:
+        # llama.cpp aborts the process on grammars no token of this vocabulary can follow
+        check_gbnf(sampling.grammar, vocab=getattr(rt, "grammar_vocab", None))
+    checkpoint()
     made = []
     try:
         for i in range(req.n):
@@ -224,9 +266,10 @@ class GenerationService:
     LoRA choices are re-applied to reloaded models, metrics count tokens."""
 
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, lora: LoraService,
-                 metrics: Metrics, media: MediaAdmission | None = None):
+                 metrics: Metrics, media: MediaAdmission | None = None, prep: PrepPool | None = None):
         self.catalog, self.registry, self.admission, self.lora, self.metrics = (
             catalog, registry, admission, lora, metrics)
+        self.prep = prep or PrepPool(4)  # templates, tokenizing, grammars: bounded, cancellable
         self.media = media  # image budgets (scheduling/media.py); None: images are refused
         self.streams: set[GenerationStream] = set()  # running generations, for /stop
 
@@ -258,7 +301,7 @@ class GenerationService:
             assert isinstance(handle, GeneratorHandle)
             await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
-            p = await asyncio.to_thread(prepare, handle.backend, req, images)
+            p = await self.prep.run(prepare, handle.backend, req, images)
             stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.outputs = [p.output] + [o for _s, o in p.more]
             loop = asyncio.get_running_loop()
@@ -324,7 +367,7 @@ class GenerationService:
         spec = self.spec(model)
         async with self.registry.use(spec.name, GEN) as handle:
             rt = handle.backend
-            ids = await asyncio.to_thread(rt.tokenize, content, add_special, parse_special)
+            ids = await self.prep.run(rt.tokenize, content, add_special, parse_special)
             return spec.name, ids, [rt.token_bytes(t) for t in ids]
 
     async def detokenize(self, model: str | None, tokens: list[int]) -> tuple[str, str]:
@@ -332,7 +375,7 @@ class GenerationService:
         async with self.registry.use(spec.name, GEN) as handle:
             rt = handle.backend
             rt.check_tokens(tokens, "tokens")
-            return spec.name, await asyncio.to_thread(rt.detokenize, tokens)
+            return spec.name, await self.prep.run(rt.detokenize, tokens)
 
     def stop(self, model: str | None = None) -> int:
         """Cancel the active streams of `model` (or of every model). Non-streamed requests

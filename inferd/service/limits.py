@@ -10,7 +10,6 @@ from inferd.types import GenerateRequest
 MAX_STOPS = 16            # llama-server and vLLM accept more than OpenAI's 4; each costs per-token work
 MAX_STOP_CHARS = 512
 MAX_LOGIT_BIAS = 1024     # entries; each is applied to every sampled token
-MAX_ENCODE_INPUTS = 2048  # texts per embeddings request (OpenAI's limit) and documents per rerank
 
 
 def check_engine_limits(req: GenerateRequest, stop_param: str = "stop") -> None:
@@ -23,9 +22,3 @@ def check_engine_limits(req: GenerateRequest, stop_param: str = "stop") -> None:
     n = len(req.sampling.logit_bias)
     if n > MAX_LOGIT_BIAS:
         raise InvalidInput(f"logit_bias may have at most {MAX_LOGIT_BIAS} entries (got {n})", "logit_bias")
-
-
-def check_input_count(n: int, param: str, what: str = "inputs") -> None:
-    """One request's texts for an encoder: every face (/v1, /api, /ai/v1) has the same cap."""
-    if n > MAX_ENCODE_INPUTS:
-        raise InvalidInput(f"at most {MAX_ENCODE_INPUTS} {what} in one request (got {n})", param)

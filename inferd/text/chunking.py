@@ -101,6 +101,7 @@ def fixed_chunks(text: str, cfg: FixedConfig) -> list[Chunk]:
     seps = (cfg.separator, *(s for s in FALLBACK_SEPARATORS if s != cfg.separator))
     pieces = _split(text, 0, len(text), seps, toks, cfg.target_tokens - cfg.overlap_tokens)
     chunks: list[Chunk] = []
+    total, limit = 0, output_limit(len(text))
     i = 0
     while i < len(pieces) and len(chunks) < cfg.max_chunks:
         start, end, n = pieces[i][0], pieces[i][1], toks.count(*pieces[i])
@@ -117,7 +118,27 @@ def fixed_chunks(text: str, cfg: FixedConfig) -> list[Chunk]:
         a, b = _trim(text, start, end)
         if a < b:
             chunks.append(Chunk(text[a:b], a, b))
+            total += b - a
+            if total > limit:
+                raise _too_much(len(text), cfg)
     return chunks
+
+
+# Overlap repeats text: with overlap_tokens near target_tokens every chunk is nearly the
+# whole input again (250 KB once became a 1 GB response). The chunks returned may hold at
+# most this many times the input (plus a little), however the config is set.
+MAX_OUTPUT_FACTOR = 4
+OUTPUT_SLACK = 1 << 16
+
+
+def output_limit(n_chars: int) -> int:
+    return MAX_OUTPUT_FACTOR * n_chars + OUTPUT_SLACK
+
+
+def _too_much(n_chars: int, cfg: FixedConfig) -> InvalidInput:
+    return InvalidInput(f"these chunks would repeat the input's {n_chars} characters more than {MAX_OUTPUT_FACTOR} "
+                        f"times over (overlap_tokens {cfg.overlap_tokens} of target_tokens {cfg.target_tokens}); "
+                        "lower overlap_tokens", "config.text.overlap_tokens")
 
 
 def chunks_from_boundaries(text: str, ends: list[int], cfg: FixedConfig) -> list[Chunk]:
@@ -138,4 +159,6 @@ def chunks_from_boundaries(text: str, ends: list[int], cfg: FixedConfig) -> list
             chunks += [Chunk(c.text, a + c.start_char, a + c.end_char) for c in fixed_chunks(piece, cfg)]
         if len(chunks) >= cfg.max_chunks:
             break
+        if sum(len(c.text) for c in chunks) > output_limit(len(text)):
+            raise _too_much(len(text), cfg)
     return chunks[: cfg.max_chunks]

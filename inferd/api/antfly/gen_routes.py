@@ -20,7 +20,7 @@ router = APIRouter(prefix="/ai/v1")
 async def generate(body: GenerateBody, request: Request, svc: InferenceService = Depends(get_service)):
     req = oai.chat_request(body)
     if req.stream:
-        stream = await svc.open_generation(req)
+        stream = await cancel_on_disconnect(request, svc.open_generation(req))
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(oai.chat_chunks(stream, usage, antfly=True), stream.aclose, "antfly")
     return oai.chat_response(await cancel_on_disconnect(request, svc.generate(req)), antfly=True)

@@ -27,7 +27,11 @@ def _num(options: dict[str, Any], key: str, kind: type, default: Any = None) -> 
     ok = not isinstance(v, bool) and (isinstance(v, int) or isinstance(v, float) and math.isfinite(v)) \
         and abs(v) < 2 ** 63 and (kind is float or float(v).is_integer())
     if not ok:
-        raise InvalidInput(f"options.{key} must be a{'n integer' if kind is int else ' number'}", f"options.{key}")
+        what = f"a{'n integer' if kind is int else ' number'}"
+        if not isinstance(v, bool) and isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) \
+                and abs(v) >= 2 ** 63:
+            what += " between -(2^63-1) and 2^63-1"
+        raise InvalidInput(f"options.{key} must be {what}", f"options.{key}")
     return kind(v)
 
 

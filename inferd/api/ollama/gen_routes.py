@@ -29,7 +29,7 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
     defaults.apply(svc.registry.lookup(body.model), body)
     req = convert.chat_request(body)
     if req.stream:
-        stream = await svc.open_generation(req)
+        stream = await cancel_on_disconnect(request, svc.open_generation(req))
         return ndjson_response(convert.chat_chunks(stream), stream.aclose)
     return convert.chat_response(await cancel_on_disconnect(request, svc.generate(req)))
 
@@ -41,6 +41,6 @@ async def generate(body: GenerateRequest, request: Request, svc: InferenceServic
     defaults.apply(svc.registry.lookup(body.model), body)
     req = convert.generate_request(body)
     if req.stream:
-        stream = await svc.open_generation(req)
+        stream = await cancel_on_disconnect(request, svc.open_generation(req))
         return ndjson_response(convert.generate_chunks(stream), stream.aclose)
     return convert.generate_response(await cancel_on_disconnect(request, svc.generate(req)))

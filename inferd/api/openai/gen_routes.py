@@ -20,7 +20,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            svc: InferenceService = Depends(get_service)):
     req = convert.chat_request(body)
     if req.stream:
-        stream = await svc.open_generation(req)
+        stream = await cancel_on_disconnect(request, svc.open_generation(req))
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(convert.chat_chunks(stream, usage), stream.aclose, "openai")
     return convert.chat_response(await cancel_on_disconnect(request, svc.generate(req)))
@@ -32,7 +32,7 @@ async def completions(body: CompletionRequest, request: Request, svc: InferenceS
     req = convert.completion_request(body)
     echo = convert.echo_text(body)
     if req.stream:
-        stream = await svc.open_generation(req)
+        stream = await cancel_on_disconnect(request, svc.open_generation(req))
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(convert.completion_chunks(stream, usage, echo), stream.aclose, "openai")
     return convert.completion_response(await cancel_on_disconnect(request, svc.generate(req)), echo)

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends
 
 from inferd.api.deps import get_service
 from inferd.api.openai import convert
+from inferd.errors import ModelNotFound
 from inferd.service import InferenceService
 
 router = APIRouter()
@@ -19,5 +20,7 @@ async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
+    if not model_id.strip():  # "/v1/models/%0A": the route's pattern leaves a lone newline out
+        raise ModelNotFound(model_id)
     spec = svc.registry.resolve_served(model_id, convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
     return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))

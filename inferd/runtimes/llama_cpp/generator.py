@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import cached_property
 from pathlib import Path
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec, model_ggufs
+from inferd.runtimes.llama_cpp.grammar_vocab import GrammarVocabView
 from inferd.runtimes.llama_cpp.context import ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
@@ -140,6 +142,11 @@ class LlamaGenerator:
 
     def make_sampler(self, params: SamplingParams) -> Sampler:
         return Sampler(self.model, params)
+
+    @cached_property
+    def grammar_vocab(self) -> GrammarVocabView:
+        """What a grammar can match in this vocabulary (checked before sampling starts)."""
+        return GrammarVocabView(self.model)
 
     def set_adapter(self, path: Path | None, scale: float = 1.0) -> None:
         """Apply the LoRA adapter at `path` (None: base weights). Worker thread only, when no

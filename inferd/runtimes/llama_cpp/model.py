@@ -106,7 +106,11 @@ class LlamaModel:
 
     # ---- tokens <-> text --------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON "\ud800": a lone surrogate has no UTF-8 form
+            raise InvalidInput(f"the text holds a lone surrogate (U+{ord(e.object[e.start]):04X} at character "
+                               f"{e.start}), which is not valid Unicode") from None
         cap = len(data) + 8
         buf = (L.llama_token * cap)()
         n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)

@@ -36,6 +36,10 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(L.llama_token_data)
 
 
+class GrammarDeadEnd(InvalidInput):
+    """The grammar allows no token here: this sequence ends with an error, the others go on."""
+
+
 class Sampler:
     def __init__(self, model: LlamaModel, params: SamplingParams):
         self.params = params
@@ -43,6 +47,7 @@ class Sampler:
         self.grammar = None
         self._model = model
         self._utf8_tail = b""  # an incomplete UTF-8 sequence at the end of the output so far
+        self.accepted = 0
         self._check(model, params)
         self.chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         try:
@@ -110,26 +115,43 @@ class Sampler:
         self._add(L.llama_sampler_init_dist(seed))
 
     def sample(self, ctx_ptr, row: int) -> int:
-        """Pick the next token from batch row `row` and record it (penalties, grammar)."""
+        """Pick the next token from batch row `row` and record it (penalties, grammar).
+
+        With a grammar, only a token the grammar allows is ever accepted: llama.cpp aborts
+        the process when told to accept one it refuses. A sequence for which the grammar
+        allows no token at all (a dead end the static check could not see) raises
+        `GrammarDeadEnd`, which ends that sequence alone."""
         if self.grammar is None:
             return int(L.llama_sampler_sample(self.chain, ctx_ptr, row))
         logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx_ptr, row), (self.n_vocab,))
         tok = self._apply(self.chain, logits)
-        one = self._one
-        one["id"], one["logit"], one["p"] = tok, 0.0, 0.0
-        self._run(self.grammar, one)
-        if not np.isfinite(one["logit"][0]):  # refused: mask the whole vocabulary, pick again
+        if not self._allowed(tok):  # refused: mask the whole vocabulary, pick again
             tok = self._apply(self.chain, logits, grammar_first=True)
+            if not self._allowed(tok):
+                raise GrammarDeadEnd("the grammar allows no token of this model at this point of the output "
+                                     f"(after {self.accepted} tokens)", "grammar")
         tail = self._utf8_next(tok)
         banned: list[int] = []
         while tail is None and len(banned) < MAX_UTF8_RETRIES:  # breaks UTF-8: refuse it, pick again
             banned.append(tok)
-            tok = self._apply(self.chain, logits, grammar_first=True, banned=banned)
-            tail = self._utf8_next(tok)
+            other = self._apply(self.chain, logits, grammar_first=True, banned=banned)
+            if not self._allowed(other):
+                break  # nothing else is allowed: keep the grammar's pick
+            tok, tail = other, self._utf8_next(other)
         self._utf8_tail = tail or b""
         L.llama_sampler_accept(self.grammar, tok)
         L.llama_sampler_accept(self.chain, tok)
+        self.accepted += 1
         return tok
+
+    def _allowed(self, tok: int) -> bool:
+        """Whether the grammar, in its current state, allows `tok` (a one-candidate apply)."""
+        if not 0 <= tok < self.n_vocab:
+            return False
+        one = self._one
+        one["id"], one["logit"], one["p"] = tok, 0.0, 0.0
+        self._run(self.grammar, one)
+        return bool(np.isfinite(one["logit"][0]))
 
     def _utf8_next(self, tok: int) -> bytes | None:
         """The incomplete tail after appending `tok`, or None if the output would not be
@@ -154,7 +176,7 @@ class Sampler:
             L.llama_sampler_apply(self.grammar, ctypes.byref(arr))
         L.llama_sampler_apply(smpl, ctypes.byref(arr))
         if not 0 <= arr.selected < arr.size:
-            raise RuntimeError("the sampler chain selected no token")
+            return -1  # nothing selectable (every candidate masked): the caller refuses it
         return int(cand["id"][arr.selected])
 
     @staticmethod
