@@ -10,7 +10,7 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
-        self.latency_sum: collections.Counter[str] = collections.Counter()
+        self.latency_sum: collections.defaultdict[str, float] = collections.defaultdict(float)
         self.tokens: collections.Counter[tuple[str, str]] = collections.Counter()  # (model, prompt|completion)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -5,6 +5,7 @@ about HTTP or about one API family."""
 
 from __future__ import annotations
 
+import builtins
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -108,7 +109,7 @@ class TokenLogprob:
     text: str
     bytes: bytes
     logprob: float
-    top: list[tuple[int, str, bytes, float]] = field(default_factory=list)  # (id, text, bytes, logprob)
+    top: list[tuple[int, str, builtins.bytes, float]] = field(default_factory=list)  # (id, text, bytes, logprob)
 
 
 @dataclass

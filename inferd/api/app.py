@@ -15,6 +15,7 @@ from inferd.api.antfly import gen_routes as antfly_gen
 from inferd.api.antfly import embed_routes as antfly_embed
 from inferd.api.antfly import extract_routes as antfly_extract
 from inferd.api.antfly import ml_routes as antfly_ml
+from inferd.api.antfly import rewrite_routes as antfly_rewrite
 from inferd.api.antfly import read_routes as antfly_read
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.errors import error_response, family_of
@@ -36,7 +37,8 @@ from inferd.service import InferenceService
 ROUTERS = [console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
            antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
-           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router]
+           openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
+           antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)

@@ -187,6 +187,7 @@ def request_grammar(*, grammar=None, response_format=None, ollama_format=None, t
             raise InvalidInput("'grammar' cannot be combined with a JSON response_format/format", param="grammar")
         return check_gbnf(grammar)
     if forced:
+        assert tool_choice is not None
         return tool_call_grammar(tools, tool_choice.name if tool_choice.mode == "function" else None,
                                  max_calls=4 if parallel_tool_calls else 1, reasoning=reasoning)
     return structured

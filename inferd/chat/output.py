@@ -15,6 +15,8 @@ streamed response and a non-streamed one agree exactly.
 
 from __future__ import annotations
 
+from inferd.types import FinishReason
+
 from dataclasses import dataclass, field
 
 from inferd.chat.reasoning import ReasoningMarkers, ReasoningStreamSplitter
@@ -40,7 +42,7 @@ class ChatResult:
     reasoning: str | None
     tool_calls: list[ToolCall]
 
-    def finish_reason(self, engine_reason: str) -> str:
+    def finish_reason(self, engine_reason: FinishReason) -> FinishReason:
         """'tool_calls' when the model stopped on its own after calling; else the engine's."""
         return "tool_calls" if self.tool_calls and engine_reason == "stop" else engine_reason
 
@@ -58,7 +60,8 @@ class ChatOutputParser:
         self._split = ReasoningStreamSplitter(markers, in_reasoning)
         self._tools = ToolCallStreamParser(tools) if tools else None
         self._include = include_reasoning
-        self._reasoning, self._content = [], []
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
         self._calls: list[ToolCall] = []
 
     def _route(self, reasoning: str, content: str, final: bool, cut: bool = False) -> ChatDelta:

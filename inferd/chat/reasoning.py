@@ -138,15 +138,18 @@ class ReasoningStreamSplitter:
         return self._run(final=True)
 
     def _run(self, final: bool) -> tuple[str, str]:
-        r_out, c_out = [], []
+        r_out: list[str] = []
+        c_out: list[str] = []
+        # Without markers the state is always "content" and no marker is looked at.
+        m = self.m or ReasoningMarkers("", "")
         while True:
             if self._state == "start":
                 s = self._buf.lstrip()
-                if s.startswith(self.m.open):
-                    self._buf = s[len(self.m.open):]
+                if s.startswith(m.open):
+                    self._buf = s[len(m.open):]
                     self._state, self._lstrip = "reasoning", True
                     continue
-                if not final and (not s or self.m.open.startswith(s)):
+                if not final and (not s or m.open.startswith(s)):
                     break  # still could be the opening marker
                 self._state = "content"
                 continue
@@ -156,13 +159,13 @@ class ReasoningStreamSplitter:
                     if not self._buf:
                         break
                     self._lstrip = False
-                k = self._buf.find(self.m.close)
+                k = self._buf.find(m.close)
                 if k >= 0:
                     r_out.append(self._reasoning_text(self._buf[:k], final=True))
-                    self._buf = self._buf[k + len(self.m.close):]
+                    self._buf = self._buf[k + len(m.close):]
                     self._state, self._lstrip = "content", True
                     continue
-                hold = 0 if final else held_suffix_len(self._buf, (self.m.close,))
+                hold = 0 if final else held_suffix_len(self._buf, (m.close,))
                 r_out.append(self._reasoning_text(self._buf[:len(self._buf) - hold], final))
                 self._buf = self._buf[len(self._buf) - hold:]
                 break

@@ -52,7 +52,8 @@ class ParsedDelta:
 
 def _json_values(text: str) -> list | None:
     """All JSON values in `text`, separated by whitespace or ';'; None if anything else."""
-    values, pos = [], 0
+    values: list = []
+    pos = 0
     while True:
         while pos < len(text) and (text[pos].isspace() or text[pos] == ";"):
             pos += 1

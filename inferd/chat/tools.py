@@ -148,7 +148,7 @@ def resolve_tool_choice(tool_choice, specs: list[ToolSpec], param: str = "tool_c
             raise InvalidInput("tool_choice 'required' needs at least one tool in 'tools'", param=param)
         if tool_choice == "auto" and not specs:
             return ToolChoice("none")
-        return ToolChoice(tool_choice)
+        return ToolChoice("required" if tool_choice == "required" else "none")
     if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
         fn = tool_choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
@@ -250,7 +250,7 @@ _TOOLS_WORD = re.compile(r"\btools\b")
 
 def template_renders_tools(template: str | None) -> bool:
     """Whether a Jinja chat template renders `tools` itself (Qwen, Llama 3.1, Mistral, ...)."""
-    return bool(template) and bool(_TOOLS_WORD.search(template))
+    return bool(template) and bool(_TOOLS_WORD.search(template or ""))
 
 
 def hermes_system_prompt(specs: list[ToolSpec], choice: ToolChoice | None = None) -> str:

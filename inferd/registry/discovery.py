@@ -153,6 +153,10 @@ def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None)
 
         manifest = {**manifest, **reader_info(path, manifest)}
     served = str(manifest.get("name") or name)
+    if kind is ModelKind.REWRITER and path.is_dir() and "architecture" not in manifest:
+        archs = _architectures(path)  # shown in /ai/v1/models (T5ForConditionalGeneration, ...)
+        if archs:
+            manifest = {**manifest, "architecture": archs[0]}
     size = sum(p.stat().st_size for p in _files(path))
     return ModelSpec(name=served, kind=kind, format=str(fmt), path=path, source=source, size_bytes=size,
                      capabilities=infer_capabilities(kind, fmt, path, manifest), manifest=manifest)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -229,7 +230,7 @@ class GenerationEngine:
                     self._step()
                 except Exception as e:  # a failed decode loses every sequence in the batch
                     log.exception("generation step failed on %s", self.name)
-                    self._fail_all(lambda e=e: _fresh(e, "generation failed"))
+                    self._fail_all(functools.partial(_fresh, e, "generation failed"))
                     self._reset_cache()
         except BaseException as e:  # never leave a request hanging, even on a bug
             self.dead = e
@@ -269,6 +270,7 @@ class GenerationEngine:
             if not sib.forked or sib.done:
                 continue
             sib.forked = False
+            assert job.slot is not None and sib.slot is not None
             self.backend.seq_cp(job.slot, sib.slot, 0, n)
             self.slots[sib.slot].cache = list(job.prompt)
             sib.cached = n  # computed once, for the whole group
@@ -362,8 +364,10 @@ class GenerationEngine:
                 prefilling.append(slot)
         budget = self.backend.n_batch - len(entries)
         self._media_slot = None
-        for slot in sorted(prefilling, key=lambda s: s.job.t_admitted):  # oldest prompt first
-            rest = slot.job.prompt[len(slot.cache):]
+        for slot in sorted(prefilling, key=lambda s: s.job.t_admitted if s.job else 0.0):  # oldest prompt first
+            job = slot.job
+            assert job is not None
+            rest = job.prompt[len(slot.cache):]
             if rest and rest[0] < 0:  # an image span: decoded on its own, one per step
                 if self._media_slot is None:
                     self._media_slot = slot
@@ -373,7 +377,7 @@ class GenerationEngine:
             text = next((i for i, t in enumerate(rest) if t < 0), len(rest))  # up to the next image
             chunk = rest[:min(budget, text)]
             entries.append((slot.id, chunk, len(slot.cache), len(chunk) == len(rest)))
-            jobs.append(slot.job)
+            jobs.append(job)
             budget -= len(chunk)
         return entries, jobs
 
@@ -416,6 +420,7 @@ class GenerationEngine:
         lp = [be.logprob(row, tok, job.top_logprobs)] if job.top_logprobs is not None else []
         job.generated.append(tok)
         self.stats.generated_tokens += 1
+        assert job.out is not None and job.slot is not None  # set when the job got its slot
         text = job.out.feed(be.piece(tok))
         slot = self.slots[job.slot]
         if job.out.stopped:

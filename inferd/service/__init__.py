@@ -38,6 +38,7 @@ from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service import model_info
 from inferd.service.lora import LoraService
+from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
@@ -70,6 +71,7 @@ class InferenceService:
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
+        self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
@@ -212,4 +214,4 @@ class InferenceService:
 
 
 __all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult",
-           "available_backends", "discover_all"]
+           "RewriteResult", "available_backends", "discover_all"]

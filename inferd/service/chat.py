@@ -51,6 +51,6 @@ class ChatOutput:
             end = self.parser.finish(cut=d.finish_reason == "length")
             out = ChatDelta(out.reasoning + end.reasoning, out.content + end.content,
                             out.tool_calls + end.tool_calls)
-            d.finish_reason = self.parser.result().finish_reason(d.finish_reason)  # type: ignore[assignment]
+            d.finish_reason = self.parser.result().finish_reason(d.finish_reason)
         d.text, d.reasoning, d.tool_calls = out.content, out.reasoning, out.tool_calls
         return d

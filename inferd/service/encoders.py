@@ -155,17 +155,17 @@ def _prepare(rt: EmbedderRuntime, inputs: Sequence[EmbedInput], task: str | None
     if good:
         for (i, _), enc in zip(good, rt.prepare([x for _, x in good], task)):
             out[i] = enc
-    for i, x in enumerate(inputs):
-        if isinstance(x, str):
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
             continue
-        if isinstance(x, InferdError):
-            out[i] = x
+        if isinstance(item, InferdError):
+            out[i] = item
             continue
-        if len(x) == 0:
+        if len(item) == 0:
             out[i] = InvalidInput(f"input[{i}] is empty", "input")
             continue
         try:
-            out[i] = rt.prepare_ids(x)
+            out[i] = rt.prepare_ids(item)
         except InvalidInput as e:
             out[i] = InvalidInput(f"input[{i}]: {e.message}", "input")
     if not truncate:

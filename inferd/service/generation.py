@@ -121,7 +121,7 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
         limits = RenderLimits(max_chars=max(MIN_RENDER_CHARS, n_ctx * CHARS_PER_TOKEN_CAP),
                               deadline=time.monotonic() + TEMPLATE_SECONDS, cancelled=cancel_flag())
         with render_limits(limits):
-            text = render_chat(template, messages, bos_token=rt.bos_text, eos_token=rt.eos_text,
+            text = render_chat(template, messages or [], bos_token=rt.bos_text, eos_token=rt.eos_text,
                                add_generation_prompt=req.add_generation_prompt, tools=tools, **kwargs)
         checkpoint()
         if images:
@@ -130,7 +130,7 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
         else:
             tokens = rt.tokenize_rendered(text)
     elif images:
-        raise CapabilityMissing(f"model '{req.model}' has no chat template to place images in", "messages")
+        raise CapabilityMissing(f"model '{req.model}' has no chat template to place images in")
     elif req.messages is not None:  # no template, and plain text is acceptable
         text = "\n\n".join(str(m.get("content") or "") for m in req.messages)
         tokens = rt.tokenize(text, add_special=not req.prefix_tokens, parse_special=True)

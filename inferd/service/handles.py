@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from inferd.scheduling.batcher import Batcher
 from inferd.scheduling.generation import Backend, GenerationEngine
-from inferd.types import SamplingParams
+from inferd.types import Image, SamplingParams
 
 log = logging.getLogger("inferd.handles")
 
@@ -42,6 +42,10 @@ class GeneratorRuntime(Backend, Protocol):
     def warm_up(self) -> None: ...
     def set_adapter(self, path: Path | None, scale: float = 1.0) -> None: ...
     def close(self) -> None: ...
+    # images (vision generators; media_marker is None without a projector)
+    @property
+    def media_marker(self) -> str | None: ...
+    def tokenize_multimodal(self, text: str, images: list[Image]) -> tuple[list[int], dict[int, Any]]: ...
 
 
 class EncoderRuntime(Protocol):

@@ -119,6 +119,9 @@ LOADERS: dict[tuple[ModelKind, str], Loader] = {
     (ModelKind.CHUNKER, "onnx"): _encoder(_lazy("inferd.runtimes.onnx", "load_chunker")),
     # generators: llama.cpp in a continuous-batching engine (runtimes/llama_cpp, scheduling/generation.py)
     (ModelKind.GENERATOR, "gguf"): _generator,
+    # rewriters: seq2seq on onnxruntime or CTranslate2 (runtimes/seq2seq), batched by scheduling/seq2seq.py
+    (ModelKind.REWRITER, "onnx"): _lazy("inferd.service.rewriting", "load_rewriter"),
+    (ModelKind.REWRITER, "ctranslate2"): _lazy("inferd.service.rewriting", "load_rewriter"),
     # readers: PP-OCR (runtimes/ocr), TrOCR / Donut (runtimes/onnx/vision_seq2seq.py); other
     # formats are listed folders of architectures with no runtime, refused with their reason
     (ModelKind.READER, "onnx"): _reader,

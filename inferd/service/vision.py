@@ -39,7 +39,10 @@ def _ref(part: dict[str, Any], where: str) -> MediaRef:
         mime = part.get("mime_type")
         if kind == "media" and isinstance(mime, str) and not mime.startswith("image/"):
             raise CapabilityMissing(f"{where}: {mime} media is not an image; chat takes images only")
-        return inline_ref(part.get("data"), mime if isinstance(mime, str) else None, where)
+        data = part.get("data")
+        if not isinstance(data, str):
+            raise InvalidInput(f"{where}: an image part needs base64 'data'", where)
+        return inline_ref(data, mime if isinstance(mime, str) else None, where)
     raise InvalidInput(f"{where}: not an image part", where)
 
 

@@ -32,6 +32,8 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
                                       **({"unsupported": s.manifest["unsupported"]} if s.manifest.get("unsupported")
                                          else {}),
                                       **(extras(s) if extras else {})}
+        if s.kind is ModelKind.REWRITER:
+            out[s.kind.plural][s.name]["architecture"] = s.manifest.get("architecture")
     return out
 
 

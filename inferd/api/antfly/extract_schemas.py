@@ -65,5 +65,5 @@ class ExtractRequest(BaseModel):
     model: str | None = None
     inputs: list[ExtractInputWire] = Field(min_length=1, max_length=MAX_INPUTS)
     schema_: ExtractSchemaWire = Field(alias="schema")
-    options: ExtractOptionsWire = Field(default_factory=lambda: ExtractOptionsWire())
+    options: ExtractOptionsWire = Field(default_factory=lambda: ExtractOptionsWire.model_validate({}))
     error_policy: Literal["fail_fast", "per_item"] = "fail_fast"

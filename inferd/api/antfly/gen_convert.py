@@ -65,10 +65,9 @@ def item_error(e: InferdError) -> dict[str, Any]:
 def batch_response(body: BatchRequest, results: list[Generation | InferdError]) -> dict[str, Any]:
     data = []
     for i, (item, r) in enumerate(zip(body.requests, results)):
-        ok = isinstance(r, Generation)
         data.append({"custom_id": item.custom_id, "index": i,
-                     "response": oai.chat_response(r, antfly=True) if ok else None,
-                     "error": None if ok else item_error(r)})
+                     "response": oai.chat_response(r, antfly=True) if isinstance(r, Generation) else None,
+                     "error": item_error(r) if isinstance(r, InferdError) else None})
     failed = sum(1 for d in data if d["error"] is not None)
     return {"object": "generate.batch", "data": data,
             "summary": {"total": len(data), "succeeded": len(data) - failed, "failed": failed}}

@@ -24,7 +24,7 @@ class ChunkConfig(BaseModel):
     model: str = "fixed"
     max_chunks: int = Field(50, ge=1, le=10_000)
     threshold: float = Field(0.5, ge=0.0, le=1.0)
-    text: ChunkTextConfig = Field(default_factory=ChunkTextConfig)
+    text: ChunkTextConfig = Field(default_factory=lambda: ChunkTextConfig.model_validate({}))
 
 
 class ChunkRequest(BaseModel):
@@ -32,4 +32,4 @@ class ChunkRequest(BaseModel):
     input: str | TextPart | None = None
     text: str | None = None  # deprecated alias of input
     model: str | None = None  # accepted at top level too; config.model wins
-    config: ChunkConfig = Field(default_factory=ChunkConfig)
+    config: ChunkConfig = Field(default_factory=lambda: ChunkConfig.model_validate({}))

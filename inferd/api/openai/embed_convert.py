@@ -17,9 +17,11 @@ def embed_inputs(req: EmbeddingRequest) -> list[str | list[int]]:
     x = req.input
     if isinstance(x, str):
         return [x]
-    if x and all(isinstance(i, int) for i in x):
-        return [list(x)]  # one token-id sequence
-    return list(x)  # type: ignore[arg-type]
+    items: list[Any] = list(x)
+    if items and all(isinstance(i, int) for i in items):
+        return [items]  # one token-id sequence
+    # strings, or token-id sequences (the schema allows no mix with bare ids)
+    return [item if isinstance(item, str) else list(item) for item in items]
 
 
 def vector(v: Any, encoding_format: str) -> Any:

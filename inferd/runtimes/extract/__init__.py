@@ -17,17 +17,9 @@ class RawSession:
     """An onnxruntime session fed by name (GLiNER's graph takes more than ids and masks)."""
 
     def __init__(self, path: Path, threads: int | None = None):
-        import onnxruntime as ort
+        from inferd.runtimes.onnx.session import open_session
 
-        so = ort.SessionOptions()
-        if threads:
-            so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        try:
-            self.sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        except Exception as e:  # onnxruntime raises its own types for bad graphs
-            raise ModelLoadFailed(f"onnxruntime could not load {path}: {e}") from e
+        self.sess = open_session(path, threads)
         self.inputs = {i.name for i in self.sess.get_inputs()}
 
     def run(self, outputs: list[str], feed: dict[str, Any]) -> list[Any]:

@@ -174,9 +174,9 @@ class SequenceClassifier(_Head):
     def scores(self, labels: list[str], multi_label: bool, outs: Sequence[np.ndarray]) -> list[float]:
         if self.zero_shot:
             rows = np.stack(outs)
-            entail = int(self.entail or 0)  # set whenever zero_shot is
+            entail, contra = int(self.entail or 0), int(self.contra or 0)  # both set for zero-shot models
             if multi_label or len(labels) == 1:
-                return softmax(rows[:, np.array([self.contra, entail])])[:, 1].tolist()
+                return softmax(rows[:, np.array([contra, entail])])[:, 1].tolist()
             return softmax(rows[:, entail]).tolist()
         row = outs[0]
         probs = sigmoid(row) if multi_label else softmax(row)

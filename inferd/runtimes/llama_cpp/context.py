@@ -148,7 +148,7 @@ class LlamaContext:
             if not ad:
                 raise InvalidInput(f"could not load LoRA adapter {path} (not a LoRA GGUF for this model?)")
             self._adapters[path] = ad  # freed with the model
-        arr = (L.llama_adapter_lora_p_ctypes * 1)(ad)
+        arr = (L.llama_adapter_lora_p_ctypes * 1)(ctypes.cast(ad, L.llama_adapter_lora_p_ctypes))
         rc = L.llama_set_adapters_lora(self.ptr, arr, 1, (ctypes.c_float * 1)(scale))
         if rc != 0:
             raise InvalidInput(f"llama.cpp refused LoRA adapter {path} (code {rc})")

@@ -96,7 +96,8 @@ class Sampler:
         if bias:
             arr = (L.llama_logit_bias * len(bias))()
             for i, (tok, b) in enumerate(bias.items()):
-                arr[i].token, arr[i].bias = tok, b
+                arr[i].token = L.llama_token(tok)
+                arr[i].bias = b
             self._add(L.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
         if p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
             self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,

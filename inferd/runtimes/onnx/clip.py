@@ -55,17 +55,9 @@ def dual_encoder_files(folder: Path) -> tuple[Path, Path] | None:
 
 
 def _session(path: Path, threads: int | None):
-    import onnxruntime as ort
+    from inferd.runtimes.onnx.session import open_session
 
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime raises its own types for bad graphs
-        raise ModelLoadFailed(f"onnxruntime could not load {path.name}: {e}") from e
+    return open_session(path, threads)
 
 
 def _output(sess, wanted: tuple[str, ...]) -> str:

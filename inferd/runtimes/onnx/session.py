@@ -13,19 +13,27 @@ from inferd.errors import ModelLoadFailed
 _INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
 
 
+def open_session(model: Path | bytes, threads: int | None = None) -> ort.InferenceSession:
+    """One CPU onnxruntime session as every ONNX runtime of inferd opens it: `threads` for the
+    operators of one forward pass (the model's worker is the only caller), full graph
+    optimisation, quiet logs. A graph onnxruntime refuses is a ModelLoadFailed."""
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    try:
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own types for bad graphs
+        what = model.name if isinstance(model, Path) else "the graph"
+        raise ModelLoadFailed(f"onnxruntime could not load {what}: {e}") from e
+
+
 class OnnxSession:
     def __init__(self, model: Path | bytes, threads: int | None = None):
-        so = ort.SessionOptions()
-        if threads:
-            so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3
-        try:
-            self.sess = ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
-                                             providers=["CPUExecutionProvider"])
-        except Exception as e:  # onnxruntime raises its own types for bad graphs
-            raise ModelLoadFailed(f"onnxruntime could not load the graph: {e}") from e
+        self.sess = open_session(model, threads)
         self.inputs = {i.name: _INT_TYPES.get(i.type, np.int64) for i in self.sess.get_inputs()}
         if "input_ids" not in self.inputs:
             raise ModelLoadFailed(f"the graph has no input_ids input (inputs: {sorted(self.inputs)})")
