@@ -46,6 +46,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")
     a("--max-body-bytes", type=int)
+    a("--max-audio-bytes", type=int, help="largest audio upload (default 25 MiB); larger is a 413")
+    a("--max-audio-seconds", type=float, help="longest audio per request (default 1800); longer is a 413")
     a("--parallel", type=int, help="generation slots per model (default 4)")
     a("--threads", type=int, help="CPU threads per runtime (default: all cores)")
     a("--max-batch-tokens", type=int, help="token budget of one encoder batch")

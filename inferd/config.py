@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     max_queued_requests: int = Field(256, ge=0)
     queue_timeout: float = 60.0
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_audio_bytes: int = Field(25 * 1024 * 1024, ge=1024)   # OpenAI's upload limit
+    max_audio_seconds: float = Field(1800.0, gt=0)            # 30 minutes of audio per request
 
     parallel: int = Field(4, ge=1, le=256)
     threads: int | None = Field(None, ge=1)

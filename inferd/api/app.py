@@ -18,6 +18,7 @@ from inferd.api.antfly import ml_routes as antfly_ml
 from inferd.api.antfly import rewrite_routes as antfly_rewrite
 from inferd.api.antfly import read_routes as antfly_read
 from inferd.api.antfly import routes as antfly_routes
+from inferd.api.antfly import transcribe_routes as antfly_transcribe
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext
 from inferd.api.origins import BrowserGuard, OriginPolicy
@@ -25,6 +26,7 @@ from inferd.api.ollama import embed_routes as ollama_embed
 from inferd.api.ollama import gen_routes as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
 from inferd.api.openai import embed_routes as openai_embed
+from inferd.api.openai import audio_routes as openai_audio
 from inferd.api.openai import files_routes as openai_files
 from inferd.api import models_routes
 from inferd.api.ollama import manage_routes as ollama_manage
@@ -38,6 +40,7 @@ ROUTERS = [console.router, observe.router, control.router, openai_routes.router,
            antfly_routes.router,
            openai_embed.router, ollama_embed.router, antfly_embed.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
+           openai_audio.router, antfly_transcribe.router,
            antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
 ROUTERS.append(ollama_manage.router)

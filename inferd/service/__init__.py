@@ -8,6 +8,7 @@ back, and never touch the registry themselves.
     encoders    embeddings, rerank, chunk boundaries               (encoders.py)
     chunking    /ai/v1/chunk with its cache                        (chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
+    speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
     extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
     media       image byte and pixel budgets                       (scheduling/media.py)
     reading     /ai/v1/read on readers (OCR, TrOCR, Donut)         (reading.py)
@@ -38,6 +39,7 @@ from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service import model_info
 from inferd.service.lora import LoraService
+from inferd.service.speech import SpeechLimits, SpeechService
 from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
@@ -71,6 +73,8 @@ class InferenceService:
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
+        self.speech = SpeechService(self.catalog, registry, admission,
+                                    SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
         self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from inferd.scheduling.batcher import Batcher
 from inferd.scheduling.generation import Backend, GenerationEngine
+from inferd.scheduling.speech import SpeechQueue, SpeechRuntime
 from inferd.types import Image, SamplingParams
 
 log = logging.getLogger("inferd.handles")
@@ -165,4 +166,18 @@ class PredictorHandle:
         pass
 
 
-Handle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle
+@dataclass(eq=False)
+class TranscriberHandle:
+    """A speech model (Whisper on CTranslate2, CTC on onnxruntime) and the queue that owns its
+    worker thread and batches the windows of concurrent requests."""
+
+    runtime: SpeechRuntime
+    queue: SpeechQueue
+    size_bytes: int = 0
+
+    def close(self) -> None:
+        self.queue.close()  # waits for a running batch; waiting windows fail with ModelUnloaded
+        self.runtime.close()
+
+
+Handle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle | TranscriberHandle

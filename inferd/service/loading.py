@@ -21,7 +21,9 @@ from inferd.registry.builtins import materialize
 from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.batcher import Batcher
 from inferd.scheduling.generation import GenerationEngine
-from inferd.service.handles import EncoderHandle, EncoderRuntime, GeneratorHandle, Handle, PredictorHandle
+from inferd.scheduling.speech import SpeechQueue
+from inferd.service.handles import (EncoderHandle, EncoderRuntime, GeneratorHandle, Handle, PredictorHandle,
+                                   TranscriberHandle)
 
 Loader = Callable[[ModelSpec, RuntimeOptions], Handle]
 
@@ -100,6 +102,23 @@ def _predictor(spec: ModelSpec, opts: RuntimeOptions) -> PredictorHandle:
     return PredictorHandle(p, size_bytes=p.size_bytes)
 
 
+def _transcriber(spec: ModelSpec, opts: RuntimeOptions) -> TranscriberHandle:
+    """Whisper (CTranslate2 folder) or a CTC model (ONNX folder) behind a window-batching queue."""
+    from inferd.runtimes import speech
+
+    if spec.path is None:
+        raise ModelLoadFailed(f"model '{spec.name}' has no files")
+    if spec.format == "ctranslate2":
+        rt = speech.load_whisper(spec.path, threads=opts.threads, name=spec.name,
+                                 compute_type=str(spec.manifest.get("compute_type") or "default"))
+    else:
+        rt = speech.load_ctc(spec.path, threads=opts.threads, name=spec.name,
+                             language=str(spec.manifest.get("language") or "en"))
+    # Windows per batch: 30 s of audio each; on CPU a batch of 8 is already several seconds of work.
+    return TranscriberHandle(rt, SpeechQueue(rt, max_batch=min(8, opts.max_batch_size), name=spec.name),
+                             size_bytes=_file_size(spec))
+
+
 def _file_size(spec: ModelSpec) -> int:
     """Resident size of an encoder: about its weights on disk (onnxruntime maps them)."""
     if spec.size_bytes:
@@ -133,6 +152,9 @@ LOADERS: dict[tuple[ModelKind, str], Loader] = {
     (ModelKind.CLASSIFIER, "onnx"): _encoder(_lazy("inferd.runtimes.extract", "load_classifier")),
     # tabular predictors (runtimes/tabular): numpy only
     (ModelKind.PREDICTOR, "tabular"): _predictor,
+    # speech (runtimes/speech): faster-whisper on CTranslate2, CTC on onnxruntime (scheduling/speech.py)
+    (ModelKind.TRANSCRIBER, "ctranslate2"): _transcriber,
+    (ModelKind.TRANSCRIBER, "onnx"): _transcriber,
 }
 
 
