@@ -68,7 +68,7 @@ def test_model_required_when_several(extract_srv):
 def test_per_item_policy(extract_srv):
     inputs = [{"id": "a", "content": REF["texts"][0]}, {"id": "b", "content": ""},
               {"id": "c", "content": [{"type": "text", "text": REF["texts"][1]}]},
-              {"id": "d", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "x"}}]}]
+              {"id": "d", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
     res = post(extract_srv, {**GL, "inputs": inputs, "error_policy": "per_item", "options": {"threshold": 0.5}})
     assert res.status_code == 200, res.text
     out = res.json()

@@ -102,7 +102,9 @@ def test_load_and_slots_while_streams_hold_every_slot(srv):
     for t in threads:
         t.start()
     try:
-        load = wait_for(lambda: (lambda b: b if b["models"].get("tiny", {}).get("waiting") == 2 else None)(
+        # Both counts: a stream just submitted waits a moment before the engine gives it a slot.
+        load = wait_for(lambda: (lambda b: b if (b["models"].get("tiny", {}).get("waiting"),
+                                                 b["models"].get("tiny", {}).get("running")) == (2, 4) else None)(
             httpx.get(srv.url + "/load").json()), what="4 running + 2 waiting")
         tiny = load["models"]["tiny"]
         assert tiny == {**tiny, "kind": "generator", "running": 4, "waiting": 2, "slots": 4, "slots_free": 0}

@@ -25,9 +25,13 @@ TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf
 
 def _file(rel: str) -> Response:
     root = STATIC.resolve()
-    path = (root / rel).resolve()
-    if root not in path.parents or not path.is_file():  # no way out of static/
-        raise NotFound(f"no console file '{rel}'")
+    try:
+        path = (root / rel).resolve()
+        found = root in path.parents and path.is_file()  # no way out of static/
+    except (OSError, ValueError):  # a NUL byte, a name longer than the OS allows
+        found = False
+    if not found:
+        raise NotFound(f"no console file '{rel[:200]}'")
     ctype = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     return FileResponse(path, media_type=ctype, headers=HEADERS)
 

@@ -19,7 +19,7 @@ from inferd.metrics import Metrics
 
 log = logging.getLogger("inferd.access")
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/healthz", "/readyz", "/"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/healthz", "/readyz", "/", "/ui"})  # "/ui": the console page
 
 
 class RequestContext:

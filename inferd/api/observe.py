@@ -110,10 +110,15 @@ async def load(svc: InferenceService = Depends(get_service)) -> dict:
 
 
 @router.get("/slots")
-async def slots(model: str | None = Query(None), svc: InferenceService = Depends(get_service)) -> list:
+async def slots(model: str | None = Query(None), fail_on_no_slot: bool = Query(False),
+                svc: InferenceService = Depends(get_service)) -> list:
     if model is not None:
-        svc.registry.resolve(model, [ModelKind.GENERATOR])  # 404 unknown, 400 not a generator
-    return observer_of(svc).slots_view(model)
+        model = svc.resolve(model, ModelKind.GENERATOR).name  # 404 unknown, 400 not a generator
+    view = observer_of(svc).slots_view(model)
+    # llama-server's ?fail_on_no_slot=1: 503 when every slot is busy (a router's cheap probe).
+    if fail_on_no_slot and view and all(s["is_processing"] for s in view):
+        raise Overloaded("no slot available", 1000)
+    return view
 
 
 @router.post("/admin/drain", status_code=202)
@@ -131,16 +136,14 @@ class ModelRef(BaseModel):
 @router.post("/admin/models/load")
 async def load_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
     """Load any served model now (the console's Load button); it then idles out by keep-alive."""
-    async with svc.registry.use(body.model):
-        pass
+    await svc.load_model(body.model)
     return {"model": body.model, "loaded": True}
 
 
 @router.post("/admin/models/unload")
 async def unload_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
     """Unload now (a busy model goes when its last request ends): Ollama's keep_alive 0, for any kind."""
-    svc.registry.resolve(body.model)
-    return {"model": body.model, "unloaded": await svc.registry.unload(body.model)}
+    return {"model": body.model, "unloaded": await svc.unload_model(body.model)}
 
 
 async def health_response(request: Request, body: dict) -> JSONResponse | dict:

@@ -72,8 +72,22 @@ def _kind(value: Any, where: str) -> ModelKind | None:
     return kind
 
 
+def _num(m: dict[str, Any], key: str, default: Any, cast: type, where: str, least: float = 0) -> Any:
+    """A numeric entry, or a ConfigError naming it (never a bare ValueError traceback)."""
+    value = m.get(key, default)
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        n = cast(value)
+        if n != n or n < least:  # NaN, or below the least sensible value
+            raise ValueError(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {key} must be a number >= {least:g} (got {value!r})") from None
+    return n
+
+
 def parse(data: dict[str, Any], source: str = "cluster config") -> ClusterConfig:
-    models = data.get("models")
+    models = data.get("models") if isinstance(data, dict) else None
     if not isinstance(models, list) or not models:
         raise ConfigError(f"{source}: 'models' must be a non-empty list of model entries")
     out, seen = [], set()
@@ -94,14 +108,12 @@ def parse(data: dict[str, Any], source: str = "cluster config") -> ClusterConfig
         if auto is not None:
             if not isinstance(auto, dict) or not {"min", "max"} <= set(auto):
                 raise ConfigError(f"{where}: autoscaling must be {{min, max}}")
-            lo, hi = int(auto["min"]), int(auto["max"])
+            lo, hi = _num(auto, "min", 0, int, f"{where}: autoscaling"), _num(auto, "max", 1, int, f"{where}: autoscaling")
             if not 0 <= lo <= hi or hi < 1:
                 raise ConfigError(f"{where}: autoscaling needs 0 <= min <= max and max >= 1")
             if "num_replicas" in m:
                 raise ConfigError(f"{where}: give num_replicas or autoscaling, not both")
-        replicas = int(m.get("num_replicas", 1))
-        if replicas < 1:
-            raise ConfigError(f"{where}: num_replicas must be at least 1")
+        replicas = _num(m, "num_replicas", 1, int, where, 1)
         resources = m.get("resources") or {}
         if not isinstance(resources, dict):
             raise ConfigError(f"{where}: resources must be a table of name = amount")
@@ -112,11 +124,12 @@ def parse(data: dict[str, Any], source: str = "cluster config") -> ClusterConfig
         out.append(ModelDeployment(
             name=name, path=Path(str(m["path"])).expanduser(), kind=_kind(m.get("kind"), where),
             num_replicas=replicas, autoscaling=(lo, hi) if auto is not None else None,
-            num_cpus=float(m.get("num_cpus", 1.0)), memory=memory,
-            resources={str(k): float(v) for k, v in resources.items()},
-            max_replicas_per_node=int(m["max_replicas_per_node"]) if m.get("max_replicas_per_node") else None,
-            parallel=max(1, int(m.get("parallel", 4))), threads=max(1, int(m.get("threads", 1))),
-            max_queued_requests=int(m.get("max_queued_requests", 64))))
+            num_cpus=_num(m, "num_cpus", 1.0, float, where), memory=memory,
+            resources={str(k): _num(resources, k, 0, float, f"{where}: resources") for k in resources},
+            max_replicas_per_node=_num(m, "max_replicas_per_node", 1, int, where, 1)
+            if m.get("max_replicas_per_node") else None,
+            parallel=_num(m, "parallel", 4, int, where, 1), threads=_num(m, "threads", 1, int, where, 1),
+            max_queued_requests=_num(m, "max_queued_requests", 64, int, where)))
     return ClusterConfig(out)
 
 

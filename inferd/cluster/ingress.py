@@ -14,6 +14,7 @@ from inferd.cluster.config import ClusterConfig
 from inferd.cluster.forward import ModelForwarder, Target
 from inferd.errors import NotImplementedYet
 from inferd.models import ModelKind, ModelSpec
+from inferd.observability.prom import esc
 
 Snapshot = Callable[[], Awaitable[list[dict[str, Any]]]]
 
@@ -47,8 +48,8 @@ def replica_metrics(rows: list[dict[str, Any]]) -> str:
     for name in ("running", "waiting", "slots", "slots_free"):
         lines.append(f"# TYPE inferd_replica_{name} gauge")
         for r in rows:
-            lines.append(f'inferd_replica_{name}{{model="{r["model"]}",replica="{r["replica"]}",'
-                         f'node="{r.get("node", "")}"}} {int(r.get(name, 0))}')
+            lines.append(f'inferd_replica_{name}{{model="{esc(r["model"])}",replica="{esc(r["replica"])}",'
+                         f'node="{esc(r.get("node") or "")}"}} {int(r.get(name, 0))}')
     return "\n".join(lines) + "\n"
 
 

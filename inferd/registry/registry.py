@@ -325,5 +325,6 @@ class Registry:
         return out
 
 
-def _mib(n: int) -> int:
-    return max(1, n >> 20)
+def _mib(n: int) -> str:
+    """MiB for messages; one decimal below 10 MiB, so a 300 KiB budget does not read "1 MiB"."""
+    return f"{n / 2**20:.1f}" if n < 10 << 20 else str(n >> 20)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import InferdError
+from inferd.errors import InferdError, ModelNotSupported
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
 from inferd.observability.drain import Drain
@@ -79,7 +79,7 @@ class InferenceService:
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
-                                            settings.max_batch_inputs)
+                                            settings.max_batch_inputs, self.reading.read)
         self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
 
     @classmethod
@@ -113,6 +113,18 @@ class InferenceService:
 
     def is_loaded(self, name: str) -> bool:
         return self.catalog.is_loaded(name)
+
+    async def load_model(self, model: str) -> ModelSpec:
+        """Load any served model now (it then idles out by keep-alive)."""
+        spec = self.resolve(model)
+        if spec.format == "builtin" and spec.path is None:  # the `fixed` chunker: code, no weights
+            raise ModelNotSupported(f"'{spec.name}' is built into the server and has nothing to load")
+        async with self.registry.use(spec.name):
+            return spec
+
+    async def unload_model(self, model: str) -> bool:
+        """Unload now (a busy model goes when its last request ends); False: it was not loaded."""
+        return await self.registry.unload(self.resolve(model).name)
 
     def model_state(self, spec: ModelSpec) -> dict[str, Any]:
         """Per-model state for catalogs: LoRA adapter, whether it is loaded and, if so, its

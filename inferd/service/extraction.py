@@ -14,6 +14,7 @@ other and with concurrent requests."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inferd.chat.grammar import request_grammar
-from inferd.errors import (CapabilityMissing, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
+from inferd.errors import (CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelNotSupported,
                            PayloadTooLarge)
 from inferd.extraction_types import (Classification, ClassificationSpec, Entity, ExtractItem, ExtractOptions,
                                      ExtractSchema, Relation, RelationSpec)
@@ -40,8 +41,15 @@ MAX_CHARS = 100_000          # one input's text
 MAX_TOTAL_CHARS = 1_000_000  # all inputs of a request
 MAX_STRUCTURE_TOKENS = 4096
 MAX_STRUCTURE_JOBS = 256   # inputs x structures of one request (each is a generation)
+# Classifier passes of one request: inputs x classifications, and x labels for a zero-shot
+# (NLI) model, which scores each (text, label) pair in its own pass.
+MAX_CLASSIFY_PASSES = 4096
+# Encoder passes (word windows x label groups) of one stage of one request: a small model's
+# narrow window and many relation labels would otherwise make a 1 MB request hours of work.
+MAX_ENCODER_PASSES = 16384
 _INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
+Read = Callable[..., Awaitable[Any]]  # ReadingService.read(model, refs) -> ReadResult
 
 
 class Piece(Protocol):
@@ -86,9 +94,10 @@ def part_capabilities(spec: ModelSpec) -> set[str]:
 
 class ExtractionService:
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, generate: Generate,
-                 max_inputs: int = DEFAULT_MAX_BATCH_INPUTS):
+                 max_inputs: int = DEFAULT_MAX_BATCH_INPUTS, read: Read | None = None):
         self.catalog, self.registry, self.admission, self._generate = catalog, registry, admission, generate
         self.max_inputs = max_inputs  # --max-batch-inputs
+        self._read = read  # the readers' verb: image parts become text first (under media admission)
 
     # ---- model choice ------------------------------------------------------------------------
     def resolve(self, model: str | None, schema: ExtractSchema) -> ModelSpec:
@@ -129,15 +138,24 @@ class ExtractionService:
                                     f"({e.message})") from e
 
     # ---- the verb ------------------------------------------------------------------------------
-    async def extract(self, model: str | None, inputs: Sequence[str | InferdError], schema: ExtractSchema,
-                      options: ExtractOptions, per_item: bool = False) -> ExtractResult:
+    async def extract(self, model: str | None, inputs: Sequence[str | Sequence[Any] | InferdError],
+                      schema: ExtractSchema, options: ExtractOptions, per_item: bool = False) -> ExtractResult:
+        """`inputs`: a text, an error, or parts in order (texts and media references: the
+        images are read by an OCR reader and their text takes their place)."""
         check_input_count(len(inputs), self.max_inputs, "inputs")
         spec = self.resolve(model, schema)
         generator = self._check_parts(spec, schema)
         if len(schema.structures) * len(inputs) > MAX_STRUCTURE_JOBS:
             raise InvalidInput(f"{len(inputs)} inputs x {len(schema.structures)} structures is more than "
                                f"{MAX_STRUCTURE_JOBS} generations in one request", "schema.structures")
-        items: list[Any] = [self._check_input(i, x) for i, x in enumerate(inputs)]
+        if not per_item:
+            for x in inputs:
+                if isinstance(x, InferdError):
+                    raise x
+        if any(isinstance(x, (list, tuple)) for x in inputs):
+            inputs = await self._read_images(spec, inputs, per_item)
+        texts: list[str | InferdError] = [x for x in inputs if isinstance(x, (str, InferdError))]
+        items: list[Any] = [self._check_input(i, x) for i, x in enumerate(texts)]
         if sum(len(x) for x in items if isinstance(x, str)) > MAX_TOTAL_CHARS:
             raise PayloadTooLarge(f"the inputs hold more than {MAX_TOTAL_CHARS} characters in all")
         if not per_item:
@@ -170,6 +188,38 @@ class ExtractionService:
         result.items = out
         return result
 
+    async def _read_images(self, spec: ModelSpec, inputs: Sequence[Any], per_item: bool) -> list[Any]:
+        """Each input with image parts -> its text: text parts and each image's OCR text in
+        order. The reader: the extractor manifest's `reader`, else the only one served."""
+        readers = self.catalog.models(ModelKind.READER)
+        reader = spec.manifest.get("reader") or (readers[0].name if len(readers) == 1 else None)
+        missing: InferdError | None = None
+        if self._read is None or not readers:
+            missing = CapabilityMissing("an input has an image part; extracting from images needs an OCR reader "
+                                        "('readers' capability), and none is served")
+        elif reader is None:
+            missing = InvalidInput(f"an input has an image part and {len(readers)} readers are served: name one "
+                                   f"in model '{spec.name}''s model_manifest.json 'reader'", "inputs")
+        out: list[Any] = []
+        for x in inputs:
+            if not isinstance(x, (list, tuple)):
+                out.append(x)
+                continue
+            refs = [p for p in x if not isinstance(p, str)]
+            try:
+                if missing is not None:
+                    raise missing
+                assert self._read is not None
+                r = await self._read(str(reader), refs)
+            except InferdError as e:
+                if not per_item:
+                    raise
+                out.append(e)
+                continue
+            texts = iter(o.text for o in r.outputs)
+            out.append("\n".join(p if isinstance(p, str) else next(texts) for p in x))
+        return out
+
     @staticmethod
     def _check_input(i: int, x: str | InferdError) -> str | InferdError:
         if isinstance(x, InferdError):
@@ -192,6 +242,10 @@ class ExtractionService:
         """Run every group's pieces through the model's batcher in ONE submission; a group
         whose piece failed gets that piece's exception."""
         flat = [p for g in groups for p in g]
+        if len(flat) > MAX_ENCODER_PASSES:
+            raise PayloadTooLarge(f"the inputs need {len(flat)} encoder passes (text windows x label groups); the "
+                                  f"limit of one request is {MAX_ENCODER_PASSES}: send shorter or fewer texts, "
+                                  "or fewer labels")
         res = await handle.batcher.submit_each(flat, [p.cost for p in flat])
         out: list[list[Any] | BaseException] = []
         k = 0
@@ -209,12 +263,17 @@ class ExtractionService:
         live = self._live(ok, out)
         groups = await _prepare(lambda: [rt.prepare_entities(items[i], labels, options) for i in live],
                                 sum(len(items[i]) for i in live))
-        for i, g, res in zip(live, groups, await self._run(handle, groups)):
-            if isinstance(res, BaseException):
-                self._fail(out, i, res)
+        results = await self._run(handle, groups)
+        # Decoding (the span search) of long texts runs on a worker thread, as tokenizing does.
+        found = await _decode([None if isinstance(res, BaseException) else
+                               functools.partial(rt.entities, items[i], labels, options, g, res)
+                               for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
+        for i, g, res, ents in zip(live, groups, results, found):
+            if isinstance(res, BaseException) or isinstance(ents, InferdError):
+                self._fail(out, i, res if isinstance(res, BaseException) else ents)
                 continue
             result.prompt_tokens += sum(p.tokens for p in g)
-            out[i].entities = rt.entities(items[i], labels, options, g, res)
+            out[i].entities = ents
 
     async def _relations(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
                          result) -> None:
@@ -223,18 +282,28 @@ class ExtractionService:
         groups = await _prepare(
             lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live],
             sum(len(items[i]) for i in live))
-        for i, g, res in zip(live, groups, await self._run(handle, groups)):
-            if isinstance(res, BaseException):
-                self._fail(out, i, res)
+        results = await self._run(handle, groups)
+        found = await _decode([None if isinstance(res, BaseException) else
+                               functools.partial(rt.relations, items[i], out[i].entities, schema.relations, options,
+                                                 g, res)
+                               for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
+        for i, g, res, rels in zip(live, groups, results, found):
+            if isinstance(res, BaseException) or isinstance(rels, InferdError):
+                self._fail(out, i, res if isinstance(res, BaseException) else rels)
                 continue
             result.prompt_tokens += sum(p.tokens for p in g)
-            out[i].relations = rt.relations(items[i], out[i].entities, schema.relations, options, g, res)
+            out[i].relations = rels
 
     async def _classify(self, handle: EncoderHandle[ClassifierRuntime], items, ok, out, schema, options,
                         result) -> None:
         rt = handle.encoder
         specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
         live = self._live(ok, out)
+        passes = len(live) * sum(len(labels) if getattr(rt, "zero_shot", False) else 1 for _, labels in specs)
+        if passes > MAX_CLASSIFY_PASSES:
+            raise InvalidInput(f"{len(live)} inputs x the classifications' labels need {passes} classifier passes; "
+                               f"the limit of one request is {MAX_CLASSIFY_PASSES} (send fewer inputs or labels)",
+                               "schema.classifications")
         groups = await _prepare(lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs],
                                 sum(len(items[i]) for i in live) * len(specs))
         res_all = await self._run(handle, groups)
@@ -274,6 +343,14 @@ class ExtractionService:
                 return i, name, e
             result.prompt_tokens += g.usage.prompt_tokens
             result.completion_tokens += g.usage.completion_tokens
+            bound = json_budget(js)
+            if g.finish_reason == "length" and g.usage.completion_tokens < bound:
+                # The budget was cut below what the schema can need (by the model's context
+                # after the prompt, or the structure cap): the request's schema is too big.
+                return i, name, ContextOverflow(
+                    f"structure '{name}' can need up to {bound} tokens of JSON, but only "
+                    f"{g.usage.completion_tokens} fit after the prompt in model '{generator}' (at most "
+                    f"{MAX_STRUCTURE_TOKENS}): use fewer or shorter fields, or a shorter input")
             try:
                 if g.finish_reason == "length":
                     raise ValueError("the output did not finish within its token budget")
@@ -296,6 +373,21 @@ class ExtractionService:
 async def _prepare(fn: Callable[[], list[Any]], chars: int) -> list[Any]:
     """Tokenize on a worker thread, unless the inputs are small."""
     return fn() if chars <= _INLINE_CHARS else await asyncio.to_thread(fn)
+
+
+async def _decode(calls: list[Callable[[], Any] | None], chars: int) -> list[Any]:
+    """Each input's decode call (None: skipped), on a worker thread unless the inputs are
+    small; an input whose decode raises a domain error gets that error as its result."""
+    def run() -> list[Any]:
+        out: list[Any] = []
+        for call in calls:
+            try:
+                out.append(None if call is None else call())
+            except InferdError as e:
+                out.append(e)
+        return out
+
+    return run() if chars <= _INLINE_CHARS else await asyncio.to_thread(run)
 
 
 def _pick(c: ClassificationSpec, labels: list[str], scores: list[float], threshold: float) -> list[Classification]:

@@ -25,6 +25,7 @@ from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.core import Catalog
 from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
 from inferd.service.handles import EncoderHandle, ImageEmbedderRuntime
+from inferd.service.input_limits import check_input_count
 
 Part = str | MediaRef
 ImageEmbedInput = EmbedInput | MediaRef  # what /ai/v1/embed(dings) may carry: texts, token ids, images
@@ -98,6 +99,7 @@ class ImageEmbeddingService:
             return await self.text.embed(model, errs, **kw)
         if not inputs:
             raise InvalidInput("'input' must not be empty", "input")
+        check_input_count(len(inputs), self.text.max_inputs, "inputs")
         if dimensions is not None and dimensions < 1:
             raise InvalidInput("dimensions must be at least 1", "dimensions")
         if not per_item:
@@ -138,6 +140,7 @@ class ImageEmbeddingService:
             raise InvalidInput("'query' must not be empty", "query")
         if not documents:
             return RerankResult(spec.name, [], 0)
+        check_input_count(len(documents), self.text.max_inputs, "documents")
         flat: list[Any] = [query]
         owner: list[int] = [-1]
         for j, d in enumerate(documents):

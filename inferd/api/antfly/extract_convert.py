@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.api.antfly.embed_convert import _item_error
+from inferd.api.antfly.embed_convert import _item_error, _part_ref
 from inferd.api.antfly.embed_schemas import ContentPart
 from inferd.api.antfly.extract_schemas import ExtractRequest, StructureWire
-from inferd.errors import CapabilityMissing, InferdError, InvalidInput
+from inferd.errors import InferdError, InvalidInput
 from inferd.extraction_types import (ClassificationSpec, ExtractItem, ExtractOptions, ExtractSchema,
                                      RelationSpec)
+from inferd.media.sources import MediaRef
 
 # A structure field given as a type name. Strings and arrays are bounded so that the
 # generated JSON has a bounded length: it always finishes within the token budget.
@@ -51,23 +52,19 @@ def structure_schema(s: StructureWire) -> dict[str, Any]:
     return out
 
 
-def _text_of(content: str | ContentPart | list[ContentPart], where: str) -> str:
+def _text_of(content: str | ContentPart | list[ContentPart], where: str) -> str | list[str | MediaRef]:
+    """An input's text, or (when it has image parts) its parts in order: texts and image
+    references, which the service has read by an OCR reader before extracting."""
     if isinstance(content, str):
         return content
     parts = content if isinstance(content, list) else [content]
-    texts = []
-    for p in parts:
-        if p.type != "text":
-            # Image-backed extraction reads the image with an OCR reader first; this build
-            # serves none, so the input cannot be served (not silently skipped).
-            raise CapabilityMissing(f"{where} has a {p.type} part; extracting from images needs an OCR reader "
-                                    "('readers' capability), and none is served")
-        texts.append(p.text or "")
-    return "\n".join(texts)
+    if all(p.type == "text" for p in parts):
+        return "\n".join(p.text or "" for p in parts)
+    return [p.text or "" if p.type == "text" else _part_ref(p, f"{where}.content[{j}]") for j, p in enumerate(parts)]
 
 
-def inputs_of(req: ExtractRequest) -> list[str | InferdError]:
-    out: list[str | InferdError] = []
+def inputs_of(req: ExtractRequest) -> list[str | list[str | MediaRef] | InferdError]:
+    out: list[str | list[str | MediaRef] | InferdError] = []
     for i, x in enumerate(req.inputs):
         try:
             out.append(_text_of(x.content, f"inputs[{i}]"))

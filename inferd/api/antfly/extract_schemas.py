@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,6 +10,9 @@ from inferd.api.antfly.embed_schemas import ContentPart
 
 MAX_INPUTS = 256
 MAX_LABELS = 64
+# A label is a name ("person", "works at"), as long as a relation type may be: each one is
+# tokenized into every prompt and echoed in every entity found.
+Label = Annotated[str, Field(max_length=200)]
 
 
 class ExtractInputWire(BaseModel):
@@ -29,7 +32,7 @@ class RelationWire(BaseModel):
 class ClassificationWire(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
-    labels: list[str] = Field(default_factory=list, max_length=MAX_LABELS)
+    labels: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
     multi_label: bool = False
 
 
@@ -43,7 +46,7 @@ class StructureWire(BaseModel):
 
 class ExtractSchemaWire(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    entities: list[str] = Field(default_factory=list, max_length=MAX_LABELS)
+    entities: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
     relations: list[RelationWire] = Field(default_factory=list, max_length=32)
     classifications: list[ClassificationWire] = Field(default_factory=list, max_length=16)
     structures: dict[str, StructureWire] = Field(default_factory=dict, max_length=8)
@@ -51,7 +54,7 @@ class ExtractSchemaWire(BaseModel):
 
 class ExtractOptionsWire(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     flat_ner: bool = True
     include_confidence: bool = True
     include_spans: bool = True

@@ -52,10 +52,18 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int], flat: bool, multi_label: b
 def greedy_spans(spans: list[tuple[int, int, int, float]], flat: bool, multi_label: bool) -> list[tuple[int, int, int, float]]:
     """(start, end inclusive, label, score) candidates -> the kept ones, best first, then in
     text order (GLiNER's greedy search: a stable sort by descending score)."""
+    # Only kept spans starting in [start - W, end] can touch a candidate (W: the widest
+    # candidate), so each check reads a few start buckets, not every kept span: a long text
+    # has hundreds of thousands of candidates, and a scan of all kept ones is quadratic.
+    width = max((s[1] - s[0] for s in spans), default=0)
     kept: list[tuple[int, int, int, float]] = []
+    by_start: dict[int, list[tuple[int, int, int, float]]] = {}
     for s in sorted(spans, key=lambda x: -x[3]):
-        if not any(_overlaps((s[0], s[1]), (k[0], k[1]), flat, multi_label) for k in kept):
+        a = (s[0], s[1])
+        if not any(_overlaps(a, (k[0], k[1]), flat, multi_label)
+                   for st in range(s[0] - width, s[1] + 1) for k in by_start.get(st, ())):
             kept.append(s)
+            by_start.setdefault(s[0], []).append(s)
     kept.sort(key=lambda x: x[0])
     return kept
 

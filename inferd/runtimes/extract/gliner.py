@@ -41,6 +41,9 @@ REL_SEP = " \n "
 # Relation labels are entity texts x relation types; past this many, one input would cost
 # hundreds of forward passes.
 MAX_RELATION_LABELS = 512
+# Distinct (span, label) candidates above the threshold kept for one text: each costs ~150
+# bytes, and a low threshold on a long text with many labels would ask for millions.
+MAX_SPAN_CANDIDATES = 500_000
 
 
 @dataclass
@@ -218,6 +221,10 @@ class GlinerExtractor:
                 score = float(probs[s, k, c])
                 if score > best.get(key, -1.0):
                     best[key] = score
+            if len(best) > MAX_SPAN_CANDIDATES:
+                raise PayloadTooLarge(f"more than {MAX_SPAN_CANDIDATES} candidate spans score above "
+                                      f"options.threshold ({threshold}) in one input: raise the threshold, "
+                                      "or send shorter texts or fewer labels")
         cands = [(s, e, c, sc) for (s, e, c), sc in best.items()]
         cands.sort(key=lambda x: (x[0], x[1] - x[0], x[2]))  # gliner's candidate order: start, width, label
         return greedy_spans(cands, flat, multi_label)

@@ -1,0 +1,27 @@
+"""Issue 10's rule for the web layer, on the routes of the console/observability and
+extraction issues: they go through the service facade (one entry point resolves a model
+name for every route); none reaches into the registry. (Other faces' routes are being
+regrouped; they join this list then.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+API = Path(__file__).parent.parent / "inferd" / "api"
+FILES = ["observe.py", "console.py", "control.py", "antfly/extract_routes.py", "antfly/extract_convert.py"]
+REACH = re.compile(r"\b(?:svc|service|self)\.registry\.\w+")
+
+
+def reaches(text: str) -> list[str]:
+    return REACH.findall(text)
+
+
+def test_no_route_touches_the_registry():
+    found = {f: reaches((API / f).read_text()) for f in FILES}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_check_can_fail():
+    text = "svc.registry.resolve(model)\nfrom inferd.registry.spec import ModelKind"
+    assert reaches(text) == ["svc.registry.resolve"]
