@@ -445,8 +445,9 @@ class GenerationEngine:
                 self._fork(job, row, now)
             self._on_token(job, row, now)
 
-    def _on_token(self, job: Job, row: int, now: float) -> int:
-        """Sample one token from `row`, emit it, finish the job or set its next token."""
+    def _on_token(self, job: Job, row: int, now: float) -> int | None:
+        """Sample one token from `row`, emit it, finish the job or set its next token.
+        None: the job failed here (its own grammar dead end)."""
         be = self.backend
         try:
             tok = be.sample(job.sampler, row)
@@ -454,7 +455,7 @@ class GenerationEngine:
             job.next_token = None
             self._emit(job, Delta(error=e))
             self._close_job(job)
-            return
+            return None
         if not job.t_first:
             job.t_first = now
             self.stats.ttft.observe(now - job.arrived)
@@ -486,15 +487,17 @@ class GenerationEngine:
         """Save the slot's sequence before a new prompt overwrites most of it."""
         if len(slot.cache) - keep >= HostCache.MIN_TOKENS:
             try:
-                self.host_cache.put(list(slot.cache), self.backend.seq_state(slot.id))
+                assert self.host_cache is not None  # only called with a host cache
+                self.host_cache.put(list(slot.cache), cast(Any, self.backend).seq_state(slot.id))
             except Exception:
                 log.exception("saving a sequence to the host cache failed")
 
     def _from_host(self, slot: Slot, key: tuple[int, ...], n: int) -> bool:
         """Load a saved state into `slot`, cut to its first `n` tokens."""
+        assert self.host_cache is not None  # only called with a host cache
         data = self.host_cache.take(key)
         self.backend.seq_rm(slot.id, -1, -1)
-        if not self.backend.set_seq_state(slot.id, data):
+        if not cast(Any, self.backend).set_seq_state(slot.id, data):
             log.warning("restoring a sequence from the host cache failed; prefilling it")
             return False
         self.backend.seq_rm(slot.id, n, -1)
@@ -511,7 +514,7 @@ class GenerationEngine:
             sp = job.speculation
             if sp is None or budget <= 0:
                 continue
-            if job.media and sp.drafter.text_only:
+            if job.media and sp.drafter is not None and sp.drafter.text_only:
                 sp.disabled_reason = "media"
                 continue
             k = min(sp.want(len(jobs)), budget, n_ctx - entries[i][2] - 2, job.max_tokens - len(job.generated) - 1)
@@ -525,12 +528,14 @@ class GenerationEngine:
             for i, draft in zip(idx, drafter.propose(asks)):
                 if draft:
                     seq, toks, p0, _want = entries[i]
-                    entries[i] = (seq, toks + draft, p0, 1 + len(draft))
+                    # the last field counts the rows wanted: the next token's and each draft's
+                    entries[i] = cast(Any, (seq, toks + draft, p0, 1 + len(draft)))
 
     def _verify(self, job: Job, toks: list[int], row: int, now: float) -> None:
         """The target's rows for [next token, *draft]: sample each in order with the job's own
         sampler and stop at the first that differs from the draft (or finishes the job);
         the rejected drafts' cells leave the KV cache."""
+        assert job.slot is not None
         slot = self.slots[job.slot]
         draft, base, p0 = toks[1:], row - (len(toks) - 1), len(slot.cache)
         slot.cache.append(toks[0])
@@ -594,7 +599,7 @@ class GenerationEngine:
             if not job.prompt_cache or job.shifted:  # leave nothing reusable behind
                 self.backend.seq_rm(slot.id, -1, -1)
                 slot.cache = []
-                if job.speculation is not None:  # nor in a draft model's cache
+                if job.speculation is not None and job.speculation.drafter is not None:  # nor in a draft's cache
                     job.speculation.drafter.forget(slot.id)
         try:
             job.sampler.close()

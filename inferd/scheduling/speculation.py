@@ -147,7 +147,7 @@ class DraftModelDrafter:
         each one's last token."""
         be = self.backend
         rows = [-1] * len(pending)
-        todo = [list(p) for p in pending]
+        todo: list[list[Any]] = [list(p) for p in pending]  # [seq, tokens left, next position]
         while any(t[1] for t in todo):
             entries, owners, budget = [], [], be.n_batch
             for i, (seq, rest, p0) in enumerate(todo):

@@ -105,6 +105,15 @@ class InferenceService:
     def resolve(self, model: str | None, *kinds: ModelKind, default: str | None = None) -> ModelSpec:
         return self.catalog.resolve(model, *kinds, default=default)
 
+    def lookup(self, name: str | None) -> ModelSpec | None:
+        """The served model called `name` (or another spelling of it), else None: for faces that
+        apply a model's own defaults before validating (Ollama Modelfile options)."""
+        return self.registry.lookup(name) if name else None
+
+    def resolve_served(self, name: str | None, *kinds: ModelKind) -> ModelSpec:
+        """resolve() for catalogs: a model that would only be downloaded on use is a 404."""
+        return self.registry.resolve_served(name, kinds or None)
+
     def spec_for(self, model: str | None, kind: ModelKind) -> ModelSpec:
         return self.catalog.resolve(model, kind)
 

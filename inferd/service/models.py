@@ -26,7 +26,7 @@ from inferd.registry.pull.names import is_hub_name, parse_hub
 from inferd.registry.pull.puller import Pulled, Puller
 from inferd.registry.pull.transfer import DOWNLOADS, Remote
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd.models")
 

@@ -53,6 +53,7 @@ def _draft_model(name: str, spec: ModelSpec, handle: GeneratorHandle, catalog: C
     if dspec.name == spec.name:
         raise InvalidInput(f"draft_model: '{name}' is the target model itself; name a smaller generator with the "
                            "same vocabulary, or \"ngram\"", "draft_model")
-    if handle.make_draft is None:
+    make = handle.make_draft
+    if make is None:
         raise InvalidInput(f"draft_model: model '{spec.name}' cannot load draft models", "draft_model")
-    return handle.engine.drafters.get(dspec.name, lambda: handle.make_draft(dspec))
+    return handle.engine.drafters.get(dspec.name, lambda: make(dspec))

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from inferd.api.antfly.schemas import ChunkRequest
 from inferd.errors import InvalidInput
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
 from inferd.service import ChunkResult
 from inferd.text.chunking import FixedConfig
 

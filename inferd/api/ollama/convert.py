@@ -10,8 +10,8 @@ from typing import Any
 
 from inferd.config import parse_duration
 from inferd.errors import InvalidInput
-from inferd.registry.discovery import model_ggufs
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import model_ggufs
+from inferd.models import ModelKind, ModelSpec
 
 # Ollama serves chat/generate models and embedding models; other kinds are not its business.
 OLLAMA_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER)

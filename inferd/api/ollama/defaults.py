@@ -5,7 +5,7 @@ the `system` prompt when the request brings none. Pure."""
 from __future__ import annotations
 
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest, OllamaMessage
-from inferd.registry.spec import ModelSpec
+from inferd.models import ModelSpec
 
 
 def apply(spec: ModelSpec | None, body: ChatRequest | GenerateRequest) -> None:

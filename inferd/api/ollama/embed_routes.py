@@ -12,7 +12,7 @@ from inferd.api.ollama import embed_convert as convert
 from inferd.api.ollama.convert import keep_alive
 from inferd.api.ollama.embed_schemas import EmbedRequest, LegacyEmbeddingsRequest
 from inferd.api.streaming import cancel_on_disconnect
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from inferd.service import InferenceService
 
 router = APIRouter(prefix="/api")

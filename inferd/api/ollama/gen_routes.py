@@ -26,7 +26,7 @@ async def _load_only(svc: InferenceService, body: ChatRequest | GenerateRequest,
 async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depends(get_service)):
     if convert.is_load_only(None, body.messages):
         return await _load_only(svc, body, chat=True)
-    defaults.apply(svc.registry.lookup(body.model), body)
+    defaults.apply(svc.lookup(body.model), body)
     req = convert.chat_request(body)
     if req.stream:
         stream = await cancel_on_disconnect(request, svc.open_generation(req))
@@ -38,7 +38,7 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
 async def generate(body: GenerateRequest, request: Request, svc: InferenceService = Depends(get_service)):
     if convert.is_load_only(body.prompt, None, body.context) and not body.images:
         return await _load_only(svc, body, chat=False)
-    defaults.apply(svc.registry.lookup(body.model), body)
+    defaults.apply(svc.lookup(body.model), body)
     req = convert.generate_request(body)
     if req.stream:
         stream = await cancel_on_disconnect(request, svc.open_generation(req))

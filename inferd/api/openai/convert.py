@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
 
 # What the OpenAI face can use: chat/completions, embeddings, rerank, audio.
 OPENAI_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER, ModelKind.RERANKER, ModelKind.TRANSCRIBER)

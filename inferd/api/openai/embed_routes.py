@@ -11,7 +11,7 @@ from inferd.api.deps import get_service
 from inferd.api.openai import embed_convert as convert
 from inferd.api.openai.embed_schemas import EmbeddingRequest, RerankRequest
 from inferd.api.streaming import cancel_on_disconnect
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from inferd.service import InferenceService
 
 router = APIRouter()

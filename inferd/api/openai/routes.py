@@ -22,5 +22,5 @@ async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
 async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
     if not model_id.strip():  # "/v1/models/%0A": the route's pattern leaves a lone newline out
         raise ModelNotFound(model_id)
-    spec = svc.registry.resolve_served(model_id, convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
+    spec = svc.resolve_served(model_id, *convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
     return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))
