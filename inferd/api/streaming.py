@@ -125,3 +125,14 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     with contextlib.suppress(BaseException):
         await task
     raise Cancelled("client disconnected")
+
+
+async def generate_or_stream(request: Request, svc: Any, req: Any, stream: Callable[[Any], Any],
+                             respond: Callable[[Any], Any]) -> Any:
+    """The skeleton every generation route shares: a streamed request opens a generation
+    (every request error is raised before the first byte) and hands it to `stream` (the
+    face's SSE or NDJSON writer); otherwise the whole generation goes to `respond`. Either
+    way a client that disconnects cancels the work."""
+    if req.stream:
+        return stream(await cancel_on_disconnect(request, svc.open_generation(req)))
+    return respond(await cancel_on_disconnect(request, svc.generate(req)))

@@ -1,5 +1,5 @@
 """Antfly generation wire <-> engine. The single-request routes are OpenAI chat with
-Antfly's usage fields (api/openai/gen_convert.py, antfly=True); this module adds the
+Antfly's additions (api/openai/gen_convert.py with the ANTFLY dialect); this module adds the
 synchronous batch: per-item validation, per-item `response` xor `error`, and a summary."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from inferd.api.antfly.gen_schemas import BatchRequest, GenerateBody
 from inferd.api import errors
 from inferd.api.openai import gen_convert as oai
+from inferd.api.openai.dialect import ANTFLY
 from inferd.errors import InferdError, InvalidInput
 from inferd.types import EngineControls, Generation, GenerateRequest
 
@@ -44,7 +45,7 @@ def chat_request(body: GenerateBody) -> GenerateRequest:
 
 
 def chat_response(g: Generation) -> dict[str, Any]:
-    out = oai.chat_response(g, antfly=True)
+    out = oai.chat_response(g, ANTFLY)
     if g.speculation is not None:
         out["speculation"] = g.speculation
     return out

@@ -9,7 +9,8 @@ from inferd.api.antfly import gen_convert as convert
 from inferd.api.antfly.gen_schemas import BatchRequest, GenerateBody
 from inferd.api.deps import get_service
 from inferd.api.openai import gen_convert as oai
-from inferd.api.streaming import cancel_on_disconnect, sse_response
+from inferd.api.openai.dialect import ANTFLY
+from inferd.api.streaming import cancel_on_disconnect, generate_or_stream, sse_response
 from inferd.service import InferenceService
 
 router = APIRouter(prefix="/ai/v1")
@@ -18,12 +19,11 @@ router = APIRouter(prefix="/ai/v1")
 @router.post("/generate")
 @router.post("/chat/completions")
 async def generate(body: GenerateBody, request: Request, svc: InferenceService = Depends(get_service)):
-    req = convert.chat_request(body)
-    if req.stream:
-        stream = await cancel_on_disconnect(request, svc.open_generation(req))
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(oai.chat_chunks(stream, usage, antfly=True), stream.aclose, "antfly")
-    return convert.chat_response(await cancel_on_disconnect(request, svc.generate(req)))
+    usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await generate_or_stream(
+        request, svc, convert.chat_request(body),
+        stream=lambda s: sse_response(oai.chat_chunks(s, usage, ANTFLY), s.aclose, ANTFLY.name),
+        respond=convert.chat_response)
 
 
 @router.post("/generate/batch")

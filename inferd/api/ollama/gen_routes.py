@@ -9,7 +9,7 @@ from inferd.api.ollama import defaults
 from inferd.api.ollama import gen_convert as convert
 from inferd.api.ollama.convert import keep_alive
 from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest
-from inferd.api.streaming import cancel_on_disconnect, ndjson_response
+from inferd.api.streaming import generate_or_stream, ndjson_response
 from inferd.service import InferenceService
 
 router = APIRouter(prefix="/api")
@@ -27,11 +27,9 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
     if convert.is_load_only(None, body.messages):
         return await _load_only(svc, body, chat=True)
     defaults.apply(svc.lookup(body.model), body)
-    req = convert.chat_request(body)
-    if req.stream:
-        stream = await cancel_on_disconnect(request, svc.open_generation(req))
-        return ndjson_response(convert.chat_chunks(stream), stream.aclose)
-    return convert.chat_response(await cancel_on_disconnect(request, svc.generate(req)))
+    return await generate_or_stream(request, svc, convert.chat_request(body),
+                                    stream=lambda s: ndjson_response(convert.chat_chunks(s), s.aclose),
+                                    respond=convert.chat_response)
 
 
 @router.post("/generate")
@@ -39,8 +37,6 @@ async def generate(body: GenerateRequest, request: Request, svc: InferenceServic
     if convert.is_load_only(body.prompt, None, body.context) and not body.images:
         return await _load_only(svc, body, chat=False)
     defaults.apply(svc.lookup(body.model), body)
-    req = convert.generate_request(body)
-    if req.stream:
-        stream = await cancel_on_disconnect(request, svc.open_generation(req))
-        return ndjson_response(convert.generate_chunks(stream), stream.aclose)
-    return convert.generate_response(await cancel_on_disconnect(request, svc.generate(req)))
+    return await generate_or_stream(request, svc, convert.generate_request(body),
+                                    stream=lambda s: ndjson_response(convert.generate_chunks(s), s.aclose),
+                                    respond=convert.generate_response)

@@ -1,6 +1,6 @@
 """OpenAI wire <-> engine for chat and completions. Pure functions (plus async generators
-that map a GenerationStream's deltas to chunks). The Antfly face reuses these with
-`antfly=True`, which adds its `cached_prompt_tokens` usage field."""
+that map a GenerationStream's deltas to chunks). The Antfly face reuses these with its
+Dialect (dialect.py): `cached_prompt_tokens` in usage and the `speculation` report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from inferd.api.openai.dialect import OPENAI, Dialect
 from inferd.api.openai.gen_schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
@@ -125,11 +126,11 @@ def completion_request(body: CompletionRequest) -> GenerateRequest:
 
 
 # ---- responses --------------------------------------------------------------------------------
-def usage_dict(u: Usage, antfly: bool = False) -> dict[str, Any]:
+def usage_dict(u: Usage, dialect: Dialect = OPENAI) -> dict[str, Any]:
     out: dict[str, Any] = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
                            "total_tokens": u.total_tokens,
                            "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens}}
-    if antfly:
+    if dialect.cached_prompt_tokens:
         out["cached_prompt_tokens"] = u.cached_prompt_tokens
     return out
 
@@ -182,12 +183,12 @@ def chat_message(g: Generation) -> dict[str, Any]:
     return msg
 
 
-def chat_response(g: Generation, antfly: bool = False) -> dict[str, Any]:
+def chat_response(g: Generation, dialect: Dialect = OPENAI) -> dict[str, Any]:
     choices = [{"index": c.index, "message": chat_message(c),
                 "logprobs": chat_logprobs(c.logprobs) if c.logprobs is not None else None,
                 "finish_reason": c.finish_reason} for c in [g, *g.choices]]
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage, antfly), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage)}
 
 
 def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
@@ -210,7 +211,7 @@ def _progress(chunk: dict[str, Any], u: Usage | None, first: bool) -> dict[str, 
     return chunk
 
 
-async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) -> AsyncIterator[dict[str, Any]]:
+async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENAI) -> AsyncIterator[dict[str, Any]]:
     cid, created = "chatcmpl-" + stream.id, int(stream.created)
     head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model}
     want_lp = stream.req.sampling.logprobs
@@ -238,12 +239,12 @@ async def chat_chunks(stream: Any, include_usage: bool, antfly: bool = False) ->
             final = {**head, "choices": [{"index": d.index, "delta": {}, "logprobs": None,
                                           "finish_reason": d.finish_reason}]}
             spec = getattr(stream, "speculation", None)
-            if antfly and spec is not None:  # what speculation did, once it is known
+            if dialect.speculation and spec is not None:  # what speculation did, once it is known
                 final["speculation"] = spec.report()
             yield _progress(final, d.usage, first)
     if include_usage and all(u is not None for u in usages):
         usage = total_usage([u for u in usages if u is not None])
-        yield {**head, "choices": [], "usage": usage_dict(usage, antfly), "timings": timings(usage)}
+        yield {**head, "choices": [], "usage": usage_dict(usage, dialect), "timings": timings(usage)}
 
 
 async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | None = None
