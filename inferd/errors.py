@@ -127,5 +127,17 @@ class Cancelled(InferdError):
         super().__init__(message)
 
 
+def copy_error(exc: BaseException, what: str = "inference failed") -> InferdError:
+    """A fresh exception equal to `exc`, for one of the many requests a failed batch or step
+    held: domain errors keep their class and fields (a ModelUnloaded stays retryable), anything
+    else becomes InferenceFailed. One shared instance would gather every request's traceback."""
+    if isinstance(exc, InferdError):
+        new = InferdError.__new__(type(exc))
+        new.__dict__.update(exc.__dict__)
+        new.args = exc.args
+        return new
+    return InferenceFailed(f"{what}: {exc}")
+
+
 class ConfigError(Exception):
     """Bad configuration found at start-up (duplicate served names, bad flags)."""

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.errors import InferdError, InferenceFailed, ModelUnloaded
+from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, copy_error
 from inferd.observability.context import note_tokens
 from inferd.observability.stats import EncStats
 
@@ -158,15 +158,6 @@ def _fail(fut: asyncio.Future, name: str) -> None:
 
 
 def _per_entry(exc: BaseException) -> BaseException:
-    """A fresh exception per entry: one shared instance would collect tracebacks from all."""
-    if isinstance(exc, InferdError):
-        return _clone(exc)
-    log.error("encoder batch failed", exc_info=exc)
-    return InferenceFailed(f"inference failed: {exc}")
-
-
-def _clone(exc: InferdError) -> InferdError:
-    new = InferdError.__new__(type(exc))
-    new.__dict__.update(exc.__dict__)
-    new.args = exc.args
-    return new
+    if not isinstance(exc, InferdError):
+        log.error("encoder batch failed", exc_info=exc)
+    return copy_error(exc)

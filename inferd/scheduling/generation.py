@@ -41,7 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from inferd.errors import ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded
+from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded,
+                           copy_error)
 from inferd.observability.stats import GenStats
 from inferd.scheduling.speculation import Drafters, Speculation
 from inferd.scheduling.state_cache import HostCache
@@ -254,7 +255,7 @@ class GenerationEngine:
                     self._step()
                 except Exception as e:  # a failed decode loses every sequence in the batch
                     log.exception("generation step failed on %s", self.name)
-                    self._fail_all(functools.partial(_fresh, e, "generation failed"))
+                    self._fail_all(functools.partial(copy_error, e, "generation failed"))
                     self._reset_cache()
         except BaseException as e:  # never leave a request hanging, even on a bug
             self.dead = e
@@ -662,12 +663,3 @@ def _snap(job: Job, keep: int) -> int:
             return start
     return keep
 
-
-def _fresh(exc: BaseException, what: str) -> BaseException:
-    """A new exception equal to `exc` for one job: domain errors keep their class and fields."""
-    if isinstance(exc, InferdError):
-        new = InferdError.__new__(type(exc))
-        new.__dict__.update(exc.__dict__)
-        new.args = exc.args
-        return new
-    return InferenceFailed(f"{what}: {exc}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InferdError, InferenceFailed
+from inferd.errors import InferenceFailed, copy_error
 from inferd.runtimes.seq2seq.decoding import DecodeParams, Search, make_search, plan_step
 
 log = logging.getLogger("inferd.seq2seq")
@@ -167,10 +167,9 @@ class Seq2SeqScheduler:
     def _fail(self, jobs: list[_Job], exc: BaseException) -> None:
         self.stats.failed += len(jobs)
         log.error("seq2seq batch of %s failed", self.name, exc_info=exc)
-        msg = exc.message if isinstance(exc, InferdError) else f"inference failed: {exc}"
-        for j in jobs:  # a fresh exception each: one shared instance would collect every traceback
+        for j in jobs:
             j.delivered = True
-            self._finish(j, InferenceFailed(msg))
+            self._finish(j, copy_error(exc))
 
     def _start(self, jobs: list[_Job]) -> None:
         try:

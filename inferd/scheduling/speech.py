@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inferd.errors import InferdError, InferenceFailed, ModelUnloaded
+from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, copy_error
 
 log = logging.getLogger("inferd.speech")
 
@@ -129,10 +129,6 @@ def _fail(fut: asyncio.Future, name: str) -> None:
 
 
 def _per_entry(exc: BaseException) -> BaseException:
-    if isinstance(exc, InferdError):
-        new = InferdError.__new__(type(exc))
-        new.__dict__.update(exc.__dict__)
-        new.args = exc.args
-        return new
-    log.error("speech batch failed", exc_info=exc)
-    return InferenceFailed(f"transcription failed: {exc}")
+    if not isinstance(exc, InferdError):
+        log.error("speech batch failed", exc_info=exc)
+    return copy_error(exc, "transcription failed")
