@@ -99,7 +99,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     from inferd.api.app import create_app
     from inferd.logs import setup_logging
-    from inferd.observability.server import DrainingServer
+    from inferd.api.server import DrainingServer
     from inferd.registry.pull.cli import prepare_serve
     from inferd.service import InferenceService
 

@@ -38,122 +38,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded,
                            copy_error)
 from inferd.observability.stats import GenStats
-from inferd.scheduling.speculation import Drafters, Speculation
+from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
-from inferd.types import Delta, FinishReason, TokenLogprob, Usage
+from inferd.scheduling.jobs import Backend, Job, MediaBackend, MediaChunk, Slot, common_prefix, snap_to_media
+from inferd.types import Delta, FinishReason, TokenLogprob
+
+__all__ = ["Backend", "GenerationEngine", "Job", "MediaBackend", "MediaChunk", "Slot", "common_prefix"]
 
 log = logging.getLogger("inferd.generation")
-
-
-class Backend(Protocol):
-    n_seq: int          # slots
-    n_ctx_seq: int      # tokens one sequence may hold
-    n_batch: int        # tokens one decode may carry
-
-    def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]: ...
-    def sample(self, sampler: Any, row: int) -> int: ...
-    def logprob(self, row: int, token: int, top_n: int) -> TokenLogprob: ...
-    def piece(self, token: int) -> bytes: ...
-    def is_eog(self, token: int) -> bool: ...
-    def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
-    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
-    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None: ...
-    def can_shift(self) -> bool: ...
-    def clear(self) -> None: ...
-
-
-class MediaChunk(Protocol):
-    """One image of a prompt, as the backend prepared it (leaf-defined)."""
-
-    n_tokens: int
-
-    def close(self) -> None: ...
-
-
-class MediaBackend(Backend, Protocol):
-    def decode_media(self, seq: int, chunk: Any, p0: int, want: bool) -> int: ...
-
-
-@dataclass(eq=False)
-class Job:
-    """One sequence to generate. `sink` receives Deltas on the worker thread and must not
-    block (the service hands them to its event loop)."""
-
-    prompt: list[int]
-    sampler: Any                      # .close(); sampled through Backend.sample
-    max_tokens: int
-    sink: Callable[[Delta], None]
-    stop: list[str] = field(default_factory=list)
-    top_logprobs: int | None = None   # None: no logprobs
-    arrived: float = field(default_factory=time.perf_counter)
-    stream: bool = False
-    # engine controls (API-NOTES.md): prefix reuse, slot affinity, context shift, speculation
-    prompt_cache: bool = True
-    cache_key: str | None = None
-    compaction: float = 0.0
-    speculation: Speculation | None = None
-    # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
-    media: dict[int, Any] = field(default_factory=dict)
-    # n > 1: the other choices of the same prompt, on the first job only (see module doc).
-    siblings: list["Job"] = field(default_factory=list)
-    # ---- worker state ----
-    number: int = 0                   # submission order
-    cancelled: bool = False
-    slot: int | None = None
-    cached: int = 0
-    generated: list[int] = field(default_factory=list)
-    next_token: int | None = None
-    out: TextOut | None = None
-    t_admitted: float = 0.0
-    t_first: float = 0.0
-    t_last: float = 0.0
-    done: bool = False
-    shifted: bool = False             # context shifted: its cells no longer make a reusable prefix
-    forked: bool = False              # a sibling waiting for its group's prefill to be copied
-
-    @property
-    def group(self) -> list["Job"]:
-        return [self, *self.siblings]
-
-    def usage(self, now: float) -> Usage:
-        n = len(self.generated)
-        gen_s = (self.t_last - self.t_first) if self.t_first else 0.0
-        return Usage(prompt_tokens=len(self.prompt), completion_tokens=n, cached_prompt_tokens=self.cached,
-                     ttft=(self.t_first - self.arrived) if self.t_first else 0.0,
-                     tps=(n - 1) / gen_s if n > 1 and gen_s > 0 else 0.0,
-                     queue_seconds=max(0.0, (self.t_admitted or now) - self.arrived),
-                     prompt_seconds=(self.t_first - self.t_admitted) if self.t_first else 0.0,
-                     generation_seconds=gen_s, total_seconds=now - self.arrived)
-
-
-@dataclass
-class Slot:
-    id: int
-    cache: list[int] = field(default_factory=list)  # tokens whose KV cells this sequence holds
-    job: Job | None = None
-    last_used: float = 0.0
-    key: str | None = None                          # prompt_cache_key of the last job here
-
-    @property
-    def shareable(self) -> bool:
-        """May another job reuse this slot's cells? Not a private (prompt_cache: false) or a
-        shifted sequence's."""
-        return self.job is None or (self.job.prompt_cache and not self.job.shifted)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 N_KEEP = 1  # context shift keeps the first token (BOS, or the prompt's first)
@@ -349,24 +247,24 @@ class GenerationEngine:
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
-        limit = _snap(job, len(prompt) - 1) if job.prompt_cache else 0  # the last prompt token (or image) is decoded
+        limit = snap_to_media(job, len(prompt) - 1) if job.prompt_cache else 0  # the last prompt token (or image) is decoded
         key = job.cache_key
         # prompt_cache_key: its own slot first; slots another key holds last (a longer prefix
         # elsewhere is still borrowed below, by copying cells)
         own = max(free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key,
-                                       _snap(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
-        keep = _snap(job, min(common_prefix(own.cache, prompt), limit))
+                                       snap_to_media(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
+        keep = snap_to_media(job, min(common_prefix(own.cache, prompt), limit))
         donor, donor_keep = None, keep
         for s in self.slots:
             if s is not own and s.shareable:
-                n = _snap(job, min(common_prefix(s.cache, prompt), limit))
+                n = snap_to_media(job, min(common_prefix(s.cache, prompt), limit))
                 if n > donor_keep:
                     donor, donor_keep = s, n
         restored = False
         if self.host_cache is not None and job.prompt_cache:
             self._to_host(own, keep)
             n, hit = self.host_cache.best(prompt, limit)
-            n = _snap(job, n)  # never inside an image span
+            n = snap_to_media(job, n)  # never inside an image span
             if hit is not None and n > donor_keep:
                 restored = self._from_host(own, hit, n)
                 if restored:
@@ -654,12 +552,3 @@ class GenerationEngine:
             calls, self._idle_calls = self._idle_calls, []
         for _fn, _reset, fut, _barrier in calls:
             fut.set_exception(make_error())
-
-
-def _snap(job: Job, keep: int) -> int:
-    """A reusable prefix length that does not end inside an image span."""
-    for start, chunk in job.media.items():
-        if start < keep < start + chunk.n_tokens:
-            return start
-    return keep
-

@@ -1,0 +1,127 @@
+"""What the continuous-batching engine (generation.py) schedules: the Backend Protocol a
+runtime satisfies, one Job (a sequence to generate, with its worker-side state), one Slot (a
+sequence of the KV cache), and the prefix arithmetic of prompt reuse. Pure data and small
+pure functions; the scheduling policy is in generation.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inferd.scheduling.speculation import Speculation
+from inferd.scheduling.textout import TextOut
+from inferd.types import Delta, TokenLogprob, Usage
+
+
+class Backend(Protocol):
+    n_seq: int          # slots
+    n_ctx_seq: int      # tokens one sequence may hold
+    n_batch: int        # tokens one decode may carry
+
+    def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]: ...
+    def sample(self, sampler: Any, row: int) -> int: ...
+    def logprob(self, row: int, token: int, top_n: int) -> TokenLogprob: ...
+    def piece(self, token: int) -> bytes: ...
+    def is_eog(self, token: int) -> bool: ...
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool: ...
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None: ...
+    def can_shift(self) -> bool: ...
+    def clear(self) -> None: ...
+
+
+class MediaChunk(Protocol):
+    """One image of a prompt, as the backend prepared it (leaf-defined)."""
+
+    n_tokens: int
+
+    def close(self) -> None: ...
+
+
+class MediaBackend(Backend, Protocol):
+    def decode_media(self, seq: int, chunk: Any, p0: int, want: bool) -> int: ...
+
+
+@dataclass(eq=False)
+class Job:
+    """One sequence to generate. `sink` receives Deltas on the worker thread and must not
+    block (the service hands them to its event loop)."""
+
+    prompt: list[int]
+    sampler: Any                      # .close(); sampled through Backend.sample
+    max_tokens: int
+    sink: Callable[[Delta], None]
+    stop: list[str] = field(default_factory=list)
+    top_logprobs: int | None = None   # None: no logprobs
+    arrived: float = field(default_factory=time.perf_counter)
+    stream: bool = False
+    # engine controls (API-NOTES.md): prefix reuse, slot affinity, context shift, speculation
+    prompt_cache: bool = True
+    cache_key: str | None = None
+    compaction: float = 0.0
+    speculation: Speculation | None = None
+    # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
+    media: dict[int, Any] = field(default_factory=dict)
+    # n > 1: the other choices of the same prompt, on the first job only (see module doc).
+    siblings: list["Job"] = field(default_factory=list)
+    # ---- worker state ----
+    number: int = 0                   # submission order
+    cancelled: bool = False
+    slot: int | None = None
+    cached: int = 0
+    generated: list[int] = field(default_factory=list)
+    next_token: int | None = None
+    out: TextOut | None = None
+    t_admitted: float = 0.0
+    t_first: float = 0.0
+    t_last: float = 0.0
+    done: bool = False
+    shifted: bool = False             # context shifted: its cells no longer make a reusable prefix
+    forked: bool = False              # a sibling waiting for its group's prefill to be copied
+
+    @property
+    def group(self) -> list["Job"]:
+        return [self, *self.siblings]
+
+    def usage(self, now: float) -> Usage:
+        n = len(self.generated)
+        gen_s = (self.t_last - self.t_first) if self.t_first else 0.0
+        return Usage(prompt_tokens=len(self.prompt), completion_tokens=n, cached_prompt_tokens=self.cached,
+                     ttft=(self.t_first - self.arrived) if self.t_first else 0.0,
+                     tps=(n - 1) / gen_s if n > 1 and gen_s > 0 else 0.0,
+                     queue_seconds=max(0.0, (self.t_admitted or now) - self.arrived),
+                     prompt_seconds=(self.t_first - self.t_admitted) if self.t_first else 0.0,
+                     generation_seconds=gen_s, total_seconds=now - self.arrived)
+
+
+@dataclass
+class Slot:
+    id: int
+    cache: list[int] = field(default_factory=list)  # tokens whose KV cells this sequence holds
+    job: Job | None = None
+    last_used: float = 0.0
+    key: str | None = None                          # prompt_cache_key of the last job here
+
+    @property
+    def shareable(self) -> bool:
+        """May another job reuse this slot's cells? Not a private (prompt_cache: false) or a
+        shifted sequence's."""
+        return self.job is None or (self.job.prompt_cache and not self.job.shifted)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def snap_to_media(job: Job, keep: int) -> int:
+    """A reusable prefix length that does not end inside an image span."""
+    for start, chunk in job.media.items():
+        if start < keep < start + chunk.n_tokens:
+            return start
+    return keep
