@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
 
 MODEL = "all-MiniLM-L6-v2"
 WORDS = ("the a server model vector query answer document local fast small large rain cloud river city "
@@ -82,16 +83,7 @@ class Server:
         env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
         self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
                                       "--threads", str(threads), "--log-level", "warning", *extra], env=env)
-        deadline = time.time() + 60
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("inferd did not start")
-            time.sleep(0.2)
+        wait_healthy(self.url, self.proc)
         httpx.post(self.url + "/v1/embeddings", json={"model": MODEL, "input": "warm up"}, timeout=60)
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
 
 ROOT = Path(__file__).resolve().parent.parent
 S2S = ROOT / "tests" / "fixtures" / "seq2seq"
@@ -175,16 +176,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
                                       "--models-dir", str(models_dir), "--no-builtins", "--threads", str(threads),
                                       "--log-level", "warning"], env=env)
-        deadline = time.time() + 60
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("inferd did not start")
-            time.sleep(0.2)
+        wait_healthy(self.url, self.proc)
 
     def close(self) -> None:
         self.proc.terminate()

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
+from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIPS = sorted((ROOT / "tests" / "fixtures" / "speech" / "clips").glob("*.wav")) + \
@@ -61,16 +62,7 @@ class Server:
         env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
         self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
                                       "--threads", str(threads), "--log-level", "warning"], env=env)
-        deadline = time.time() + 60
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("inferd did not start")
-            time.sleep(0.2)
+        wait_healthy(self.url, self.proc)
         self.transcribe(CLIPS[0].read_bytes())  # load and warm up
 
     def transcribe(self, raw: bytes, client: httpx.Client | None = None) -> float:
