@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 for var in [k for k in os.environ if k.startswith("INFERD_")]:
     del os.environ[var]  # a developer's own settings must not leak into tests
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """A test that runs `inferd serve` in-process installs the CLI's log handler on pytest's
+    captured stderr, which closes after that test: later log lines would fail to write."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -116,3 +116,22 @@ def test_online_calibration_moves_k_and_auto_gives_up_on_low_acceptance(gen):
     assert big.report()["disabled_reason"] == "batch_too_large"  # held back, never drafted
     assert Speculation(None).report() == {**Speculation(None).report(), "decision": "disabled",
                                           "disabled_reason": "no_draft_model"}
+
+
+def test_a_job_that_ends_inside_a_verify_step_reports_that_steps_drafts(gen):
+    """The counts are recorded before the verified tokens leave: the report the final delta
+    carries (read by the HTTP side as soon as it arrives) already holds the last step's drafts."""
+    p = repetitive(gen)
+    for max_tokens in range(20, 29):
+        fresh(gen)
+        sp = Speculation(NGRAM, policy="on", k=6)
+        r = Run(gen, p, max_tokens, ignore_eos=True)
+        r.job.speculation = sp
+        at_finish: list[dict] = []
+        sink = r._sink
+        r.job.sink = lambda d, sink=sink: (d.finish_reason and at_finish.append(sp.report()), sink(d))
+        gen.engine.submit(r.job)
+        r.wait()
+        assert len(r.tokens) == max_tokens and sp.drafted > 0
+        assert at_finish[0]["drafted_tokens"] == sp.drafted, max_tokens
+        assert at_finish[0]["accepted_tokens"] == sp.accepted, max_tokens

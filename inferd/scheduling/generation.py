@@ -347,14 +347,28 @@ class GenerationEngine:
     def _on_token(self, job: Job, row: int, now: float) -> int | None:
         """Sample one token from `row`, emit it, finish the job or set its next token.
         None: the job failed here (its own grammar dead end)."""
-        be = self.backend
+        tok = self._sample(job, row)
+        if tok is not None:
+            self._take(job, tok, row, now)
+        return tok
+
+    def _sample(self, job: Job, row: int) -> int | None:
+        """The job's sampler on `row`; None (and the job failed) on its own dead end
+        (a grammar that allows no token)."""
         try:
-            tok = be.sample(job.sampler, row)
-        except InferdError as e:  # this sequence's own dead end (a grammar that allows no token)
-            job.next_token = None
-            self._emit(job, Delta(error=e))
-            self._close_job(job)
+            return self.backend.sample(job.sampler, row)
+        except InferdError as e:
+            self._fail_job(job, e)
             return None
+
+    def _fail_job(self, job: Job, e: InferdError) -> None:
+        job.next_token = None
+        self._emit(job, Delta(error=e))
+        self._close_job(job)
+
+    def _take(self, job: Job, tok: int, row: int, now: float) -> None:
+        """Emit a sampled token; finish the job or set its next token."""
+        be = self.backend
         if not job.t_first:
             job.t_first = now
             self.stats.ttft.observe(now - job.arrived)
@@ -364,7 +378,7 @@ class GenerationEngine:
         if be.is_eog(tok):
             job.next_token = None
             self._finish(job, "stop", now)
-            return tok
+            return
         lp = [be.logprob(row, tok, job.top_logprobs)] if job.top_logprobs is not None else []
         job.generated.append(tok)
         self.stats.generated_tokens += 1
@@ -379,7 +393,6 @@ class GenerationEngine:
         else:
             job.next_token = tok
             self._emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
-        return tok
 
     # ---- host-RAM prompt cache (state_cache.py) ----------------------------------------------
     def _to_host(self, slot: Slot, keep: int) -> None:
@@ -432,24 +445,40 @@ class GenerationEngine:
 
     def _verify(self, job: Job, toks: list[int], row: int, now: float) -> None:
         """The target's rows for [next token, *draft]: sample each in order with the job's own
-        sampler and stop at the first that differs from the draft (or finishes the job);
-        the rejected drafts' cells leave the KV cache."""
+        sampler and stop at the first that differs from the draft (or ends the sequence); the
+        rejected drafts' cells leave the KV cache. The counts are recorded before any of these
+        tokens is emitted, so a job that finishes here reports them on its final delta."""
         assert job.slot is not None
         slot = self.slots[job.slot]
         draft, base, p0 = toks[1:], row - (len(toks) - 1), len(slot.cache)
-        slot.cache.append(toks[0])
-        accepted = 0
+        sampled: list[int] = []
+        failed: InferdError | None = None  # the job's own dead end, after the tokens before it
         for j in range(len(draft) + 1):
-            tok = self._on_token(job, base + j, now)
-            if job.next_token is None or j == len(draft) or tok != draft[j]:
+            try:
+                tok = self.backend.sample(job.sampler, base + j)
+            except InferdError as e:
+                failed = e
                 break
-            slot.cache.append(draft[j])
+            sampled.append(tok)
+            if j == len(draft) or tok != draft[j] or self.backend.is_eog(tok):
+                break
+        accepted = 0  # the leading samples that equal the draft (an end-of-generation token is no cell to keep)
+        while accepted < min(len(sampled), len(draft)) and sampled[accepted] == draft[accepted] \
+                and not self.backend.is_eog(sampled[accepted]):
             accepted += 1
+        slot.cache.append(toks[0])
+        slot.cache.extend(draft[:accepted])
         self.backend.seq_rm(slot.id, p0 + 1 + accepted, -1)
         if job.speculation is not None:
             job.speculation.record(len(draft), accepted)
         self.stats.drafted_tokens += len(draft)
         self.stats.accepted_tokens += accepted
+        for j, tok in enumerate(sampled):
+            self._take(job, tok, base + j, now)
+            if job.next_token is None:  # finished: the later samples are not emitted
+                return
+        if failed is not None:
+            self._fail_job(job, failed)
 
     def _shift(self, job: Job, slot: Slot) -> bool:
         """llama.cpp's context shift: drop `compaction` of the tokens after the first N_KEEP
