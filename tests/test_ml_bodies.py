@@ -165,8 +165,10 @@ def test_unsupported_content_type_is_415(client):
         assert err["error"] == "UNSUPPORTED_MEDIA_TYPE" and f"'{ctype}'" in err["message"], err
         assert "application/x-npy" in err["message"] and "application/json" in err["message"]
     # A .npy sent as JSON (curl --data-binary without -H) gets a hint.
-    r = client.post("/ml/v1/predict", content=npy(np.ones((1, 6))), headers={"content-type": "application/json"})
-    assert r.status_code == 400 and "Content-Type: application/x-npy" in r.json()["message"]
+    for headers in ({"content-type": "application/json"}, {"content-type": "application/x-www-form-urlencoded"}):
+        r = client.post("/ml/v1/predict?model=rf-bin", content=npy(np.ones((1, 6))), headers=headers)
+        assert r.status_code == 400 and "is a .npy file" in r.json()["message"], r.text
+        assert "Content-Type: application/x-npy" in r.json()["message"]
 
 
 def test_body_limit_is_413_for_npy(ml_dir):

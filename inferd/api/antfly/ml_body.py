@@ -28,6 +28,7 @@ from inferd.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType, e
 NPY = "application/x-npy"
 _NUMBER = (int, float, type(None))  # bool is not in it: type(True) is bool
 _NPY_MAGIC = b"\x93NUMPY"
+_NOT_COUNTED = bytes(c for c in range(256) if c not in b'"rf')  # the bytes _only_numbers deletes
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ def parse(content_type: str | None, body: bytes, query: Sequence[tuple[str, str]
     `max_rows` rows) / UnsupportedMediaType (415). `query`: the URL's (name, value) pairs."""
     kind = media_type(content_type)
     if kind == "application/json" or kind.endswith("+json"):
+        if body[:6] == _NPY_MAGIC:  # `curl --data-binary @x.npy` without -H: curl says form data, read as JSON
+            raise InvalidInput(f"the body is a .npy file, sent as JSON: send it with Content-Type: {NPY}")
         if any(name == "model" for name, _ in query):
             raise InvalidInput("the query parameter 'model' is for binary bodies (application/x-npy); "
                                "a JSON body names its model in the body", "model")
@@ -71,8 +74,7 @@ def _loads(body: bytes) -> object:
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as e:
-        hint = f" (this looks like a .npy file: send it with Content-Type: {NPY})" if body[:6] == _NPY_MAGIC else ""
-        raise InvalidInput(f"malformed JSON body: {e}{hint}") from None
+        raise InvalidInput(f"malformed JSON body: {e}") from None
 
 
 def parse_json(body: bytes, max_rows: int) -> PredictInput:
@@ -99,9 +101,8 @@ def _only_numbers(body: bytes, model: str) -> bool:
     escaped key, or Infinity: then the exact scan runs, which is only slower)."""
     if '"' in model or "\\" in model:
         return False
-    b = np.frombuffer(body, np.uint8)  # numpy compares bytes ~8x faster than bytes.count
-    return (np.count_nonzero(b == ord('"')) == 6 and np.count_nonzero(b == ord("r")) == model.count("r")
-            and np.count_nonzero(b == ord("f")) == model.count("f"))
+    rest = body.translate(None, _NOT_COUNTED)  # one C pass over the body; what is left is short
+    return rest.count(b'"') == 6 and rest.count(b"r") == model.count("r") and rest.count(b"f") == model.count("f")
 
 
 def rows_to_matrix(rows: object, max_rows: int, only_numbers: bool) -> np.ndarray | list[list[float | None]]:
