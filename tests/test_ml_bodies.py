@@ -129,6 +129,7 @@ BAD_NPY = [
     ("trailing bytes", npy(np.ones((4, 6))) + b"xx", 400, "but 194 bytes follow"),
     ("huge shape", _with_shape("(1, 1000000000000)", b"\0" * 48), 400,
      "shape [1, 1000000000000] of float64 (8000000000000 bytes"),
+    ("negative shape", _with_shape("(-2, -3)", b"\0" * 48), 400, "negative dimension, shape [-2, -3]"),
     ("not npy", b"PK\x03\x04 a zip file, say", 400, "not a readable .npy file"),
     ("bad header", _with_shape("'abc'", b""), 400, "not a readable .npy file"),
     ("rows", npy(np.ones((10_001, 6), dtype=np.float32)), 413, "10001 rows; at most 10000"),

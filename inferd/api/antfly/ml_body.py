@@ -192,6 +192,8 @@ def parse_npy(body: bytes, query: Sequence[tuple[str, str]], max_rows: int) -> P
     if len(shape) != 2:
         raise InvalidInput(f"the .npy array has {len(shape)} dimension(s), shape {list(shape)}: send a 2-D "
                            "[rows, features] matrix")
+    if min(shape) < 0:  # numpy's header reader lets (-2, -3) through
+        raise InvalidInput(f"the .npy header declares a negative dimension, shape {list(shape)}")
     if shape[0] == 0:
         raise InvalidInput("the .npy array must hold at least one row", "input")
     if shape[0] > max_rows:
