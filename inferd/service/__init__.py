@@ -45,7 +45,7 @@ from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, P
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
 from inferd.service.prep import PrepPool
-from inferd.service.tabular import PredictResult, TabularService
+from inferd.service.tabular import PredictResult, Rows, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
 from inferd.text.chunking import FixedConfig
@@ -222,7 +222,7 @@ class InferenceService:
     def predictor_info(self, spec: ModelSpec) -> dict[str, Any]:
         return self.tabular.predictor_info(spec)
 
-    async def predict(self, model: str, rows: list[list[float | None]]) -> PredictResult:
+    async def predict(self, model: str, rows: Rows) -> PredictResult:
         return await self.tabular.predict(model, rows)
 
 
