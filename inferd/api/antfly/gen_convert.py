@@ -13,7 +13,7 @@ from inferd.api import errors
 from inferd.api.openai import gen_convert as oai
 from inferd.api.openai.dialect import ANTFLY
 from inferd.errors import InferdError, InvalidInput
-from inferd.types import EngineControls, Generation, GenerateRequest
+from inferd.types import Generation, GenerateRequest
 
 _MEDIA_PARTS = {"image_url", "input_image", "image", "input_audio", "media", "file"}
 
@@ -34,14 +34,9 @@ def _has_media(body: dict[str, Any]) -> bool:
 
 
 def chat_request(body: GenerateBody) -> GenerateRequest:
-    """The OpenAI chat request plus the engine controls."""
-    req = oai.chat_request(body)
-    req.engine = EngineControls(
-        cache_dtype=body.cache_dtype, prompt_cache=body.prompt_cache, prompt_cache_key=body.prompt_cache_key,
-        cache_compaction_ratio=body.cache_compaction_ratio, draft_model=body.draft_model,
-        speculative_k=body.speculative_k, speculation_policy=body.speculation_policy,
-        speculation_calibration=body.speculation_calibration)
-    return req
+    """The OpenAI chat request, engine controls included (the runtime selection fields only
+    name what inferd runs anyway)."""
+    return oai.chat_request(body)
 
 
 def chat_response(g: Generation) -> dict[str, Any]:

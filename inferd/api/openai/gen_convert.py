@@ -12,7 +12,8 @@ from inferd.api.openai.dialect import OPENAI, Dialect
 from inferd.api.openai.gen_schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
-from inferd.types import ChatOptions, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage, total_usage
+from inferd.types import (ChatOptions, EngineControls, Generation, GenerateRequest, SamplingParams, TokenLogprob,
+                          Usage, total_usage)
 
 
 def new_id(prefix: str) -> str:
@@ -56,7 +57,15 @@ def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0
 def _common(body: SamplingFields) -> dict[str, Any]:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream,
-            "n": body.n}
+            "n": body.n, "engine": engine_controls(body)}
+
+
+def engine_controls(body: SamplingFields) -> EngineControls:
+    return EngineControls(
+        cache_dtype=body.cache_dtype, prompt_cache=body.prompt_cache, prompt_cache_key=body.prompt_cache_key,
+        cache_compaction_ratio=body.cache_compaction_ratio, draft_model=body.draft_model,
+        speculative_k=body.speculative_k, speculation_policy=body.speculation_policy,
+        speculation_calibration=body.speculation_calibration)
 
 
 def chat_options(body: ChatCompletionRequest) -> ChatOptions:
@@ -135,9 +144,18 @@ def usage_dict(u: Usage, dialect: Dialect = OPENAI) -> dict[str, Any]:
     return out
 
 
-def timings(u: Usage) -> dict[str, Any]:
-    return {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
-            "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+def timings(u: Usage, speculation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """llama-server's `timings`, with its draft_n / draft_n_accepted when the request speculated."""
+    out = {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
+           "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+    if speculation is not None and speculation.get("decision") == "enabled":
+        out["draft_n"], out["draft_n_accepted"] = speculation["drafted_tokens"], speculation["accepted_tokens"]
+    return out
+
+
+def _report(stream: Any) -> dict[str, Any] | None:
+    spec = getattr(stream, "speculation", None)
+    return spec.report() if spec is not None else None
 
 
 def _lp_entry(token: str, lp: float, b: bytes) -> dict[str, Any]:
@@ -188,7 +206,7 @@ def chat_response(g: Generation, dialect: Dialect = OPENAI) -> dict[str, Any]:
                 "logprobs": chat_logprobs(c.logprobs) if c.logprobs is not None else None,
                 "finish_reason": c.finish_reason} for c in [g, *g.choices]]
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage, g.speculation)}
 
 
 def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
@@ -197,7 +215,7 @@ def completion_response(g: Generation, echo_text: str | None = None) -> dict[str
                 "logprobs": completion_logprobs(c.logprobs, len(prefix)) if c.logprobs is not None else None}
                for c in [g, *g.choices]]
     return {"id": new_id("cmpl"), "object": "text_completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage, g.speculation)}
 
 
 # ---- streams ----------------------------------------------------------------------------------
@@ -238,13 +256,13 @@ async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENA
         if d.finish_reason:
             final = {**head, "choices": [{"index": d.index, "delta": {}, "logprobs": None,
                                           "finish_reason": d.finish_reason}]}
-            spec = getattr(stream, "speculation", None)
-            if dialect.speculation and spec is not None:  # what speculation did, once it is known
-                final["speculation"] = spec.report()
+            report = _report(stream)
+            if dialect.speculation and report is not None:  # what speculation did, once it is known
+                final["speculation"] = report
             yield _progress(final, d.usage, first)
     if include_usage and all(u is not None for u in usages):
         usage = total_usage([u for u in usages if u is not None])
-        yield {**head, "choices": [], "usage": usage_dict(usage, dialect), "timings": timings(usage)}
+        yield {**head, "choices": [], "usage": usage_dict(usage, dialect), "timings": timings(usage, _report(stream))}
 
 
 async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | None = None
@@ -269,4 +287,4 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
             first = False
     if include_usage and all(u is not None for u in usages):
         usage = total_usage([u for u in usages if u is not None])
-        yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage)}
+        yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage, _report(stream))}
