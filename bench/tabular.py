@@ -85,7 +85,7 @@ def main() -> None:
 
     # Body parsing alone, in-process: the fast path and the pydantic model it replaced.
     from inferd.api.antfly import ml_body
-    from inferd.api.antfly.ml_schemas import PredictRequest
+    from inferd.api.antfly.ml import PredictRequest
 
     raw = json.dumps({"model": "bench-forest", "input": xte.tolist()}).encode()
     buf = io.BytesIO()
