@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 
 from inferd.api.antfly.embed_convert import _item_error, _part_ref
 from inferd.api.antfly.embed_schemas import ContentPart
+from inferd.api.antfly.convert import add_item_errors
 from inferd.api.deps import get_service
 from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InferdError, InvalidInput
@@ -82,6 +83,7 @@ class ExtractRequest(BaseModel):
     schema_: ExtractSchemaWire = Field(alias="schema")
     options: ExtractOptionsWire = Field(default_factory=lambda: ExtractOptionsWire.model_validate({}))
     error_policy: Literal["fail_fast", "per_item"] = "fail_fast"
+
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 # A structure field given as a type name. Strings and arrays are bounded so that the
@@ -207,10 +209,8 @@ def extract_response(req: ExtractRequest, r: Any, per_item: bool) -> dict[str, A
     out: dict[str, Any] = {"object": "extraction", "model": r.model, "data": data,
                            "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                                      "total_tokens": r.prompt_tokens + r.completion_tokens}}
-    if per_item:
-        out["errors"] = errors
-        out["summary"] = {"total": len(r.items), "succeeded": len(data), "failed": len(errors)}
-    return out
+    return add_item_errors(out, errors, len(r.items)) if per_item else out
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter(prefix="/ai/v1")

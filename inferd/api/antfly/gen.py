@@ -52,6 +52,7 @@ class BatchRequest(BaseModel):
     mode: Literal["sync"] = "sync"
     requests: list[BatchItem] = Field(..., min_length=1, max_length=MAX_BATCH)
 
+
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 _MEDIA_PARTS = {"image_url", "input_image", "image", "input_audio", "media", "file"}
 
@@ -122,6 +123,7 @@ def batch_response(body: BatchRequest, results: list[Generation | InferdError]) 
     failed = sum(1 for d in data if d["error"] is not None)
     return {"object": "generate.batch", "data": data,
             "summary": {"total": len(data), "succeeded": len(data) - failed, "failed": failed}}
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter(prefix="/ai/v1")

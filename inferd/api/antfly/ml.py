@@ -42,6 +42,7 @@ PREDICT_OPENAPI: dict[str, Any] = {
     }},
 }
 
+
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 def predictor_list(entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"object": "list", "predictors": entries}
@@ -54,6 +55,7 @@ def predict_response(r: PredictResult) -> bytes:
     predictions = np.ascontiguousarray(r.predictions, dtype=np.float64)
     return orjson.dumps({"model": r.model, "task": r.task, "predictions": predictions},
                         option=orjson.OPT_SERIALIZE_NUMPY)
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter()

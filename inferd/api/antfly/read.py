@@ -32,6 +32,7 @@ class ReadRequest(BaseModel):
     prompt: str | None = None
     max_tokens: int = 256
 
+
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 def image_refs(req: ReadRequest) -> list[MediaRef]:
     return [parse_ref(im.url, f"images[{i}].url") for i, im in enumerate(req.images)]
@@ -50,6 +51,7 @@ def read_response(r: ReadResult) -> dict[str, Any]:
     return {"object": "list", "data": data, "model": r.model,
             "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                       "total_tokens": r.prompt_tokens + r.completion_tokens, "cached_prompt_tokens": 0}}
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter(prefix="/ai/v1")

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
+from inferd.api.antfly.convert import add_item_errors
 from inferd.api.deps import get_service
 from inferd.api.errors import classify, item_error
 from inferd.api.streaming import cancel_on_disconnect
@@ -34,6 +35,7 @@ class RewriteRequest(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     error_policy: Literal["fail_fast", "per_item"] = "fail_fast"
     truncate: bool = True
+
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 def options(req: RewriteRequest) -> RewriteOptions:
@@ -60,10 +62,8 @@ def rewrite_response(r: RewriteResult, per_item: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"object": "list", "data": data, "model": r.model,
                            "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
                                      "cached_prompt_tokens": 0}}
-    if per_item:
-        out["errors"] = errors
-        out["summary"] = {"total": len(r.items), "succeeded": len(data), "failed": len(errors)}
-    return out
+    return add_item_errors(out, errors, len(r.items)) if per_item else out
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter(prefix="/ai/v1")

@@ -72,6 +72,7 @@ class GenerateBody(BaseModel):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
+
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 # Ollama's defaults when neither the request nor a Modelfile says otherwise.
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
@@ -292,6 +293,7 @@ async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
                      **stats(d.usage or Usage())}
             yield _lp(final, held if want_lp and held else None)
 
+
 # ---- defaults (pure) -----------------------------------------------------------------
 def apply_model_defaults(spec: ModelSpec | None, body: ChatRequest | GenerateBody) -> None:
     if spec is None:
@@ -308,6 +310,7 @@ def apply_model_defaults(spec: ModelSpec | None, body: ChatRequest | GenerateBod
             body.messages = [OllamaMessage(role="system", content=system), *body.messages]
     elif body.system is None and not body.raw:
         body.system = system
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter(prefix="/api")

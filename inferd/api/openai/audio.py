@@ -139,6 +139,7 @@ def done_event(t: Transcription) -> dict[str, Any]:
             "language_probability": round(t.language_probability, 6), "duration": round(t.duration, 3),
             "usage": {"type": "tokens", "input_tokens": 0, "output_tokens": t.tokens, "total_tokens": t.tokens}}
 
+
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter()
 

@@ -107,6 +107,7 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=20)  # legacy: how many top tokens per position
     best_of: int | None = Field(None, ge=1)
 
+
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
@@ -380,6 +381,7 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
     if include_usage and all(u is not None for u in usages):
         usage = total_usage([u for u in usages if u is not None])
         yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage, _report(stream))}
+
 
 # ---- routes --------------------------------------------------------------------------
 router = APIRouter()
