@@ -65,6 +65,8 @@ class InferenceService:
         self.observer = Observer(registry, admission, Drain(settings.drain_timeout),
                                  show_prompts=settings.slots_show_prompts)
         self.observer.tracer = make_tracer(settings)
+        # a drain that times out closes every model: what they hold fails with a retryable 503
+        self.observer.drain.on_timeout.append(registry.close)
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
