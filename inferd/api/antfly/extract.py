@@ -1,8 +1,6 @@
-"""Antfly (/ai/v1/extract) wire models. Limits here bound the work one request can ask for.
-
-Antfly /ai/v1/extract: wire <-> engine. Pure functions.
-
-Antfly face: /ai/v1/extract (entities, relations, classifications, structures)."""
+"""Antfly face: /ai/v1/extract (entities, relations, classifications, structures). Sections:
+wire models (their limits bound the work one request can ask for), pure converters, the
+thin route."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""Antfly (/ai/v1) generation requests. `generate` and `chat/completions` take the OpenAI
-chat request with Antfly's extension fields (see api/openai/gen.py); a batch
-carries such requests as items, each validated on its own (a bad item fails alone).
+"""Antfly face, generation: /ai/v1/generate, /ai/v1/chat/completions, /ai/v1/generate/batch.
 
-Antfly generation wire <-> engine. The single-request routes are OpenAI chat with
-Antfly's additions (api/openai/gen.py with the ANTFLY dialect); this module adds the
-synchronous batch: per-item validation, per-item `response` xor `error`, and a summary.
-
-Antfly face, generation: /ai/v1/generate, /ai/v1/chat/completions, /ai/v1/generate/batch.
-A failure after a stream started is an `event: error` frame, and no [DONE]."""
+The single-request routes take the OpenAI chat request (api/openai/gen.py, engine controls
+included) and answer in the ANTFLY dialect; this module adds the runtime selection fields and
+the synchronous batch: each item validated on its own (a bad item fails alone), per-item
+`response` xor `error`, and a summary. A failure after a stream started is an `event: error`
+frame, and no [DONE]."""
 
 from __future__ import annotations
 

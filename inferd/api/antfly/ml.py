@@ -1,13 +1,8 @@
-"""Antfly /ml/v1 wire request models. /predict parses its body in ml_body.py (fast path); the
-pydantic model here only documents the JSON body in /openapi.json.
-
-Antfly /ml/v1 wire <-> engine. Pure functions.
-
-Antfly /ml/v1: tabular predictors. The spec's examples also show the same routes under
-/ai/v1 (/ai/v1/predictors, /ai/v1/predict); both prefixes are served.
-
-/predict reads its body itself (api/antfly/ml_body.py: JSON through orjson, or a .npy file)
-instead of through a pydantic model, which was most of the cost of a 10,000-row request."""
+"""Antfly face, tabular predictors: /ml/v1/predictors and /ml/v1/predict (the spec's examples
+also show them under /ai/v1; both prefixes are served). /predict reads its body itself
+(ml_body.py: JSON through orjson, or a .npy file) instead of through a pydantic model, which
+was most of the cost of a 10,000-row request; the pydantic model here only documents the JSON
+body in /openapi.json. Sections: wire models, pure converters, thin routes."""
 
 from __future__ import annotations
 

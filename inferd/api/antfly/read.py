@@ -1,8 +1,5 @@
-"""Antfly (/ai/v1) wire models for /read.
-
-Antfly /read: wire <-> engine. Pure functions.
-
-Antfly face: /ai/v1/read (OCR and document understanding)."""
+"""Antfly face: /ai/v1/read (OCR and document understanding). Sections: wire models, pure
+converters, thin routes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Antfly (/ai/v1) wire model for /rewrite.
-
-Antfly rewrite: wire <-> engine. Pure functions.
-
-Antfly face: /ai/v1/rewrite (seq2seq rewriters)."""
+"""Antfly face: /ai/v1/rewrite (seq2seq rewriters). Sections: wire model, pure converters,
+thin route."""
 
 from __future__ import annotations
 

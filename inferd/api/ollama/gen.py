@@ -1,14 +1,9 @@
-"""Ollama wire requests for /api/chat and /api/generate. Unknown fields and options are
-ignored, as Ollama does (it logs them).
-
-Ollama wire <-> engine for /api/chat and /api/generate. Pure functions, plus async
-generators mapping a GenerationStream's deltas to NDJSON objects.
-
-A model's own defaults on the Ollama face, as Ollama applies its Modelfile: `options`
-(PARAMETER lines, the params layer of a pulled model) under the request's options, and
-the `system` prompt when the request brings none. Pure.
-
-Ollama face, generation: /api/chat and /api/generate (NDJSON streams by default)."""
+"""Ollama face, generation: /api/chat and /api/generate (NDJSON streams by default), in
+sections: the wire requests (unknown fields and options are ignored, as Ollama does: it
+logs them); wire <-> engine (pure functions, plus async generators mapping a
+GenerationStream's deltas to NDJSON objects); a model's own defaults as Ollama applies its
+Modelfile (`options`, the PARAMETER lines of a pulled model, under the request's options,
+and its `system` prompt when the request brings none); the thin routes."""
 
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
-"""OpenAI wire requests for /v1/chat/completions and /v1/completions, with the extension
-fields llama-server, openai-server, GenAIServer and Antfly accept (top_k, min_p,
-repetition_penalty, grammar, chat_template, chat_template_kwargs, enable_thinking,
-ignore_eos, and the engine controls). Unknown fields are ignored, as OpenAI clients send many
-(user, store, ...).
+"""OpenAI face, generation: /v1/chat/completions and /v1/completions (and the unversioned
+aliases llama-server clients use), in three sections:
 
-OpenAI wire <-> engine for chat and completions. Pure functions (plus async generators
-that map a GenerationStream's deltas to chunks). The Antfly face reuses these with its
-Dialect (dialect.py): `cached_prompt_tokens` in usage and the `speculation` report.
-
-OpenAI face, generation: /v1/chat/completions, /v1/completions (and the unversioned
-aliases llama-server clients use)."""
+- wire requests, with the extension fields llama-server, openai-server, GenAIServer and
+  Antfly accept (top_k, min_p, repetition_penalty, grammar, chat_template,
+  chat_template_kwargs, enable_thinking, ignore_eos, and the engine controls). Unknown fields
+  are ignored, as OpenAI clients send many (user, store, ...);
+- wire <-> engine: pure functions, plus async generators that map a GenerationStream's deltas
+  to chunks. The Antfly face reuses them with its Dialect (dialect.py): `cached_prompt_tokens`
+  in usage and the `speculation` report;
+- the thin routes."""
 
 from __future__ import annotations
 
