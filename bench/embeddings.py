@@ -87,10 +87,12 @@ def raw_onnxruntime(texts: list[str], batch: int, threads: int, seconds: float, 
 
 # ---- inferd over HTTP ----------------------------------------------------------------------------
 class Server:
-    def __init__(self, threads: int, *extra: str):
+    def __init__(self, threads: int, *extra: str, src: str | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
+        if src:  # another inferd source tree (say `git archive main`), for before/after runs
+            env["PYTHONPATH"] = src
         self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
                                       "--threads", str(threads), "--log-level", "warning", *extra], env=env)
         wait_healthy(self.url, self.proc)
@@ -198,7 +200,8 @@ class Infinity:
                "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
         self.folder = _infinity_folder()
         self.proc = subprocess.Popen([binary, "v2", "--model-id", str(self.folder), "--engine", "optimum",
-                                      "--port", str(self.port), "--batch-size", "32", "--no-model-warmup"],
+                                      "--device", "cpu", "--pooling-method", "mean", "--onnx-disable-optimize",
+                                      "--port", str(self.port), "--batch-size", "32", "--log-level", "warning"],
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_healthy(self.url, self.proc, "infinity", timeout=180)
 
@@ -208,43 +211,52 @@ class Infinity:
 
 
 def _infinity_folder() -> Path:
-    """A model folder Infinity reads offline: the int8 graph as onnx/model.onnx, MiniLM's
-    tokenizer, and the config files a sentence-transformers folder has."""
+    """A model folder Infinity reads offline: the same int8 graph (onnx/model.onnx), the same
+    tokenizer file, and all-MiniLM-L6-v2's BERT config (the packages carry none for it)."""
     from inferd.registry.builtins import minilm_int8_embedder
 
     spec = minilm_int8_embedder()
     d = Path(tempfile.gettempdir()) / "inferd-bench-infinity-minilm"
     (d / "onnx").mkdir(parents=True, exist_ok=True)
-    for src, dst in ((spec.path, d / "onnx" / "model.onnx"), (Path(spec.manifest["tokenizer"]), d / "tokenizer.json")):
-        if not dst.exists():
+    tok = Path(spec.manifest["tokenizer"])
+    for src, dst in ((spec.path, d / "onnx" / "model.onnx"), (tok, d / "tokenizer.json"),
+                     (tok.parent / "tokenizer_config.json", d / "tokenizer_config.json")):
+        if not dst.exists() and src.exists():
             dst.symlink_to(src)
-    tok_dir = Path(spec.manifest["tokenizer"]).parent
-    for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (tok_dir / name).exists() and not (d / name).exists():
-            (d / name).symlink_to(tok_dir / name)
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["BertModel"], "model_type": "bert", "hidden_size": 384, "num_hidden_layers": 6,
+        "num_attention_heads": 12, "intermediate_size": 1536, "vocab_size": 30522, "hidden_act": "gelu",
+        "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0}))
     return d
 
 
-def wrk_comparison(threads: int, seconds: float, repeat: int, infinity: str | None) -> None:
-    """Section 5: wrk against inferd (and Infinity) vs raw onnxruntime at batch 32."""
+def wrk_comparison(threads: int, seconds: float, repeat: int, infinity: str | None,
+                   baseline: str | None = None) -> None:
+    """Section 5: wrk against inferd (and Infinity, and inferd from a baseline source tree)
+    vs raw onnxruntime at batch 32."""
     sets = {"short (3-8 words)": sentences(512, 1, (3, 8)), "usual (8-28 words)": sentences(512)}
     srv = Server(threads)
+    base = Server(threads, src=baseline) if baseline else None
     inf = Infinity(infinity, threads) if infinity else None
     rows: dict[str, dict[str, list]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for name, texts in sets.items():
                 script = wrk_script(texts, MODEL, Path(tmp) / "emb.lua")
-                r = rows[name] = {"raw": [], "inferd": [], "infinity": []}
+                r = rows[name] = {"raw": [], "inferd": [], "baseline": [], "infinity": []}
                 for _ in range(repeat):  # interleaved: outside load hits all alike
                     r["raw"].append(max(raw_onnxruntime(texts, 32, threads, seconds, spin)
                                         for spin in (True, False)))
                     r["inferd"].append(wrk(srv.url + "/v1/embeddings", script, 32, seconds))
+                    if base is not None:
+                        r["baseline"].append(wrk(base.url + "/v1/embeddings", script, 32, seconds))
                     if inf is not None:
                         inf_script = wrk_script(texts, str(inf.folder), Path(tmp) / "inf.lua")
                         r["infinity"].append(wrk(inf.url + "/embeddings", inf_script, 32, seconds))
     finally:
         srv.close()
+        if base is not None:
+            base.close()
         if inf is not None:
             inf.close()
     print(f"\n5. wrk, 32 connections, one sentence per request, best of {repeat} x {seconds:.0f}s, "
@@ -252,7 +264,7 @@ def wrk_comparison(threads: int, seconds: float, repeat: int, infinity: str | No
     for name, r in rows.items():
         raw = max(r["raw"])
         print(f"  {name}: raw onnxruntime batch 32 {raw:8.1f} sentences/s")
-        for who in ("inferd", "infinity"):
+        for who in ("inferd", "baseline", "infinity"):
             if r[who]:
                 b = max(r[who], key=lambda x: x["sentences_per_s"])
                 print(f"    {who:9s} {b['sentences_per_s']:8.1f} requests/s  p50 {b['p50_ms']:6.1f} ms  "
@@ -375,12 +387,14 @@ def main() -> None:
     ap.add_argument("--wrk-only", action="store_true", help="only section 5 (wrk vs raw onnxruntime)")
     ap.add_argument("--wrk-seconds", type=float, default=10.0)
     ap.add_argument("--infinity", help="Infinity's infinity_emb executable (its own venv), for section 5")
+    ap.add_argument("--baseline-src", help="an inferd source tree (git archive of another commit) measured "
+                                           "beside this one in section 5")
     a = ap.parse_args()
     has_wrk = shutil.which("wrk") is not None
     if a.wrk_only:
         if not has_wrk:
             sys.exit("wrk is not installed (apt-get install wrk)")
-        wrk_comparison(a.threads, a.wrk_seconds, a.repeat, a.infinity)
+        wrk_comparison(a.threads, a.wrk_seconds, a.repeat, a.infinity, a.baseline_src)
         return
     texts = sentences(512)
     print(f"model {MODEL} (int8 ONNX), {a.threads} threads, best of {a.repeat} x {a.seconds:.0f}s per measurement, "
@@ -419,7 +433,7 @@ def main() -> None:
           f" SPLADE vectors/s: onnxruntime {sp['onnx']:.1f} vs numpy forward {sp['numpy']:.1f}"
           f" = {sp['onnx'] / sp['numpy']:.2f}x (max |diff| {sp['max_diff']:.1e}, numpy GELU is the tanh form)")
     if has_wrk:
-        wrk_comparison(a.threads, a.wrk_seconds, a.repeat, a.infinity)
+        wrk_comparison(a.threads, a.wrk_seconds, a.repeat, a.infinity, a.baseline_src)
     else:
         print("\n5. skipped: wrk is not installed (apt-get install wrk)")
     if a.st_python:
