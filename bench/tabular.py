@@ -3,14 +3,22 @@
 Measures, in the same run on the same data:
   * scikit-learn's own RandomForestClassifier.predict_proba (n_jobs=None: its default),
   * inferd's vectorised numpy evaluator on the imported IR (all cores, then one thread),
-  * the HTTP round trip of POST /ml/v1/predict with the same 10,000 rows (JSON both ways),
+  * the HTTP round trip of POST /ml/v1/predict with the same 10,000 rows: a JSON body
+    (orjson fast path) and a binary .npy body (float32), JSON responses, request bodies
+    encoded once before timing (the client's own encoding does not count),
+  * in-process, the body parsing alone: the orjson path (api/antfly/ml_body.py), the way
+    the route parsed it before (FastAPI: json.loads, then the pydantic model, then numpy),
+    and pydantic's own JSON parser on the same model (for reference),
 and prints rows/s and the ratio inferd / scikit-learn (target >= 1.0x). It also checks
-that both give the same probabilities. Not a test: run `python bench/tabular.py`.
+that all give the same probabilities. Not a test: run `python bench/tabular.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -75,22 +83,52 @@ def main() -> None:
                           ("inferd evaluator (1 thread)", ours1, ours1_med)]:
         print(f"{label:34s} {t * 1e3:8.1f} {med * 1e3:10.1f} {rows / t:12,.0f} {sk / t:9.2f}x")
 
+    # Body parsing alone, in-process: the fast path and the pydantic model it replaced.
+    from inferd.api.antfly import ml_body
+    from inferd.api.antfly.ml import PredictRequest
+
+    raw = json.dumps({"model": "bench-forest", "input": xte.tolist()}).encode()
+    buf = io.BytesIO()
+    np.save(buf, x32)
+    npy = buf.getvalue()
+    p_fast, _ = best(lambda: ml_body.parse_json(raw, rows), a.repeat)
+    p_npy, _ = best(lambda: ml_body.parse_npy(npy, [("model", "bench-forest")], rows), a.repeat)
+    p_old, _ = best(lambda: np.array(PredictRequest.model_validate(json.loads(raw)).input, dtype=np.float64),
+                    a.repeat)
+    p_pyd, _ = best(lambda: np.array(PredictRequest.model_validate_json(raw).input, dtype=np.float64), a.repeat)
+
     # HTTP round trip through a real server
     from tests.server import serve
 
+    json_ct, npy_ct = {"content-type": "application/json"}, {"content-type": "application/x-npy"}
+    q = {"model": "bench-forest"}
     with tempfile.TemporaryDirectory() as d:
         write_predictor(doc, Path(d), "bench-forest")
-        body = {"model": "bench-forest", "input": xte.tolist()}
         with serve(ml_dir=d) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
-            r = c.post("/ml/v1/predict", json=body)
+            r = c.post("/ml/v1/predict", content=raw, headers=json_ct)
             assert r.status_code == 200 and np.allclose(r.json()["predictions"], ref, atol=1e-5)
-            http, http_med = best(lambda: c.post("/ml/v1/predict", json=body).raise_for_status(), a.repeat)
-            one = {"model": "bench-forest", "input": xte[:1].tolist()}
-            single, single_med = best(lambda: c.post("/ml/v1/predict", json=one).raise_for_status(), 50)
-    print(f"{'HTTP POST /ml/v1/predict, 10k rows':34s} {http * 1e3:8.1f} {http_med * 1e3:10.1f} {rows / http:12,.0f}"
-          f" {sk / http:9.2f}x")
-    print(f"{'HTTP POST /ml/v1/predict, 1 row':34s} {single * 1e3:8.2f} {single_med * 1e3:10.2f}")
-
+            r2 = c.post("/ml/v1/predict", content=npy, headers=npy_ct, params=q)
+            assert r2.status_code == 200 and r2.json() == r.json()
+            http, http_med = best(lambda: c.post("/ml/v1/predict", content=raw, headers=json_ct).raise_for_status(),
+                                  a.repeat)
+            hnpy, hnpy_med = best(lambda: c.post("/ml/v1/predict", content=npy, headers=npy_ct,
+                                                 params=q).raise_for_status(), a.repeat)
+            one = json.dumps({"model": "bench-forest", "input": xte[:1].tolist()}).encode()
+            single, single_med = best(lambda: c.post("/ml/v1/predict", content=one,
+                                                     headers=json_ct).raise_for_status(), 50)
+            buf = io.BytesIO()
+            np.save(buf, x32[:1])
+            one_npy = buf.getvalue()
+            single_npy, single_npy_med = best(lambda: c.post("/ml/v1/predict", content=one_npy, headers=npy_ct,
+                                                             params=q).raise_for_status(), 50)
+    for label, t, med in [("HTTP 10k rows, JSON body", http, http_med), ("HTTP 10k rows, .npy body", hnpy, hnpy_med)]:
+        print(f"{label:34s} {t * 1e3:8.1f} {med * 1e3:10.1f} {rows / t:12,.0f} {sk / t:9.2f}x")
+    print(f"{'HTTP 1 row, JSON body':34s} {single * 1e3:8.2f} {single_med * 1e3:10.2f}")
+    print(f"{'HTTP 1 row, .npy body':34s} {single_npy * 1e3:8.2f} {single_npy_med * 1e3:10.2f}")
+    print(f"parse only: orjson path {p_fast * 1e3:.1f} ms, .npy {p_npy * 1e3:.2f} ms, before (json.loads + pydantic) "
+          f"{p_old * 1e3:.1f} ms, pydantic validate_json {p_pyd * 1e3:.1f} ms; "
+          f"body {len(raw):,} B JSON, {len(npy):,} B .npy")
+    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 if __name__ == "__main__":
     main()

@@ -75,6 +75,10 @@ class PayloadTooLarge(InferdError):
     pass
 
 
+class UnsupportedMediaType(InferdError):
+    """The body's Content-Type is not one the route reads (a 415)."""
+
+
 class Overloaded(InferdError):
     """Admission control refused the request; the client should retry later."""
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferd.api.openai.gen_convert import completion_logprobs
+from inferd.api.openai.gen import completion_logprobs
 from inferd.types import TokenLogprob
 from tests.chat_fixtures import HI, generator_dir
 from tests.server import serve

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from inferd.observability.drain import Drain
+from inferd.observability.drain import GRACE, Drain
 from tests.obs_helpers import models_dir, wait_for
 from tests.server import free_port
 
@@ -130,4 +130,40 @@ async def test_drain_gives_up_after_its_timeout():
     t0 = time.monotonic()
     assert d.begin() and not d.begin()
     await asyncio.wait_for(done.wait(), 5)
-    assert 0.25 < time.monotonic() - t0 < 2 and d.active == 1 and d.draining
+    # the timeout, then up to GRACE for streams to end with the abort's error frame
+    assert 0.25 < time.monotonic() - t0 < 0.3 + GRACE + 1.5 and d.active == 1 and d.draining
+
+
+def test_a_stream_still_running_at_the_drain_timeout_ends_with_an_error_frame(tmp_path):
+    """Not a connection cut mid-answer: the model is closed, the stream's last event says
+    why (a retryable 503 in OpenAI's error shape), and the process still exits 0."""
+    proc, url = start(tmp_path, "--drain-timeout", "1")
+    try:
+        # context shift lets it run far past its 4096-token window: it outlives the 1 s drain
+        body = {"model": "tiny", "prompt": "forever", "max_tokens": 60000, "ignore_eos": True, "stream": True,
+                "cache_compaction_ratio": 0.5}
+        events: list[str] = []
+        started = threading.Event()
+
+        def stream() -> None:
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(line[6:])
+                        started.set()
+
+        t = threading.Thread(target=stream)
+        t.start()
+        assert started.wait(30)
+        proc.send_signal(signal.SIGTERM)
+        t.join(30)
+        assert not t.is_alive()
+        assert proc.wait(30) == 0
+        last = json.loads(events[-1])
+        assert "error" in last, events[-3:]
+        assert last["error"]["code"] == "service_unavailable" and last["error"]["retry_after_ms"] > 0, last
+        assert "unloaded" in last["error"]["message"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from inferd.api.antfly.extract_convert import field_schema
+from inferd.api.antfly.extract import field_schema
 from tests.extract_fixtures import extract_srv, post  # noqa: F401
 
 FIELDS = {"name": "string", "age": "integer", "height": "number", "member": "boolean", "tags": "string[]",

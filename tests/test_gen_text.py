@@ -3,8 +3,8 @@ conversions. No model needed."""
 
 import pytest
 
-from inferd.api.ollama.gen_convert import options_to_request
-from inferd.api.openai.gen_convert import completion_prompt
+from inferd.api.ollama.gen import options_to_request
+from inferd.api.openai.gen import completion_prompt
 from inferd.chat.templates import GEMMA_TEMPLATE, builtin_template, render_chat
 from inferd.errors import CapabilityMissing, InvalidInput
 from inferd.scheduling.generation import common_prefix

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 API = Path(__file__).parent.parent / "inferd" / "api"
-FILES = ["observe.py", "console.py", "control.py", "antfly/extract_routes.py", "antfly/extract_convert.py"]
+FILES = ["observe.py", "console.py", "control.py", "antfly/extract.py"]
 REACH = re.compile(r"\b(?:svc|service|self)\.registry\.\w+")
 
 

@@ -14,7 +14,8 @@ from starlette.responses import JSONResponse
 from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Forbidden, InferdError, InferenceFailed,
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
                            ModelUnloaded,
-                           NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized)
+                           NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized,
+                           UnsupportedMediaType)
 from inferd.errors import InsufficientStorage, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
@@ -31,6 +32,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     ModelNotFound: (404, "invalid_request_error", "MODEL_NOT_FOUND"),
     NotFound: (404, "not_found_error", "NOT_FOUND"),
     PayloadTooLarge: (413, "invalid_request_error", "PAYLOAD_TOO_LARGE"),
+    UnsupportedMediaType: (415, "invalid_request_error", "UNSUPPORTED_MEDIA_TYPE"),
     Cancelled: (499, "cancelled", "CANCELLED"),
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),

@@ -29,6 +29,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 _MODEL = {"openai": "OpenAIError", "ollama": "OllamaError", "antfly": "AntflyError"}
 _DESCRIPTIONS = {400: "invalid request", 401: "missing or wrong API key", 403: "origin or host not allowed",
                  404: "unknown model, route or resource", 405: "method not allowed", 413: "request too large",
+                 415: "unsupported Content-Type",
                  499: "cancelled", 500: "model load or inference failed", 501: "not available in this build",
                  503: "at capacity: retry after Retry-After", 507: "memory budget exceeded"}
 STATUSES = sorted({status for status, _, _ in TABLE.values()} | {405})

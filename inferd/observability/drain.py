@@ -4,16 +4,20 @@
 middleware answers new requests 503 + Retry-After and health says "draining". Requests
 already inside (streams included: they count until their last byte) go on; once none is
 left, or `timeout` seconds have passed, every `on_done` callback runs (the uvicorn server
-sets should_exit there, and exits 0)."""
+sets should_exit there, and exits 0). At the timeout, the `on_timeout` coroutines run first
+(the service fails the work still held, with a retryable 503) and streams get up to
+`GRACE` seconds to write that error frame: a client sees why its stream ended, never a
+connection cut mid-answer."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("inferd.drain")
+GRACE = 2.0  # seconds for streams to end with their error frame after the timeout's abort
 
 
 class Drain:
@@ -23,6 +27,7 @@ class Drain:
         self.active = 0            # requests inside the app that drain waits for
         self.started_at: float | None = None
         self.on_done: list[Callable[[], None]] = []
+        self.on_timeout: list[Callable[[], Awaitable[None]]] = []
         self.done = False
         self._task: asyncio.Task | None = None
 
@@ -54,7 +59,17 @@ class Drain:
         while self.active > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if self.active > 0:
-            log.warning("drain timeout: %d requests still running are cut off", self.active)
+            log.warning("drain timeout: failing the %d requests still running", self.active)
+            for abort in self.on_timeout:
+                try:
+                    await abort()
+                except Exception:
+                    log.exception("a drain abort failed")
+            grace = time.monotonic() + GRACE
+            while self.active > 0 and time.monotonic() < grace:
+                await asyncio.sleep(0.05)
+            if self.active > 0:
+                log.warning("drain timeout: %d requests still running are cut off", self.active)
         else:
             log.info("drained: no request in flight")
         self.done = True

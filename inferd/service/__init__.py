@@ -45,7 +45,7 @@ from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, P
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
 from inferd.service.prep import PrepPool
-from inferd.service.tabular import PredictResult, TabularService
+from inferd.service.tabular import PredictResult, Rows, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
 from inferd.text.chunking import FixedConfig
@@ -65,6 +65,8 @@ class InferenceService:
         self.observer = Observer(registry, admission, Drain(settings.drain_timeout),
                                  show_prompts=settings.slots_show_prompts)
         self.observer.tracer = make_tracer(settings)
+        # a drain that times out closes every model: what they hold fails with a retryable 503
+        self.observer.drain.on_timeout.append(registry.close)
         registry.loader_for = self.observer.wrap_loader(registry.loader_for)
         self.lora = LoraService(self.catalog, registry)
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
@@ -222,7 +224,7 @@ class InferenceService:
     def predictor_info(self, spec: ModelSpec) -> dict[str, Any]:
         return self.tabular.predictor_info(spec)
 
-    async def predict(self, model: str, rows: list[list[float | None]]) -> PredictResult:
+    async def predict(self, model: str, rows: Rows) -> PredictResult:
         return await self.tabular.predict(model, rows)
 
 

@@ -3,8 +3,9 @@
 A request's way: resolve the generator (404 / 400), take an admission slot, hold the loaded
 model, then on a thread: render the chat template, tokenize, check the context, build the
 sampler chain (every 400 happens here, before any byte is streamed). The job then joins
-the model's continuous-batching engine; its deltas come back to this event loop through
-`call_soon_threadsafe`. The admission slot and the model stay held until the stream is
+the model's continuous-batching engine; its deltas come back to this event loop through a
+`LoopMailbox` (mailbox.py: one wake-up of the loop per engine step, the final one only for a
+request that is not streamed). The admission slot and the model stay held until the stream is
 closed, which also cancels the sequence if it has not finished (client gone, /stop)."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
+from inferd.service.mailbox import LoopMailbox
 from inferd.service.speculation import check_controls, loads_a_draft, plan_speculation
 from inferd.service.prep import PrepPool, cancel_flag, checkpoint
 from inferd.service.vision import image_refs, require_vision, to_images, with_markers
@@ -219,11 +221,11 @@ class GenerationStream:
         self.closed = False
 
     def sink(self, loop: asyncio.AbstractEventLoop, index: int = 0):
-        put = self._queue.put_nowait
+        put, box, each = self._queue.put_nowait, LoopMailbox.of(loop), self.req.stream
 
         def deliver(d: Delta) -> None:
             d.index = index
-            loop.call_soon_threadsafe(put, d)
+            box.post(put, d, wake=each or d.finish_reason is not None or d.error is not None)
         return deliver
 
     def __aiter__(self) -> "GenerationStream":

@@ -26,7 +26,10 @@ MAX_ROWS = 10_000
 class PredictResult:
     model: str
     task: str
-    predictions: list[list[float]]
+    predictions: np.ndarray  # float64 [rows, num_outputs], all finite (encoded as JSON by the API layer)
+
+
+Rows = np.ndarray | list[list[float | None]]  # a 2-D numeric matrix, or JSON rows (None = missing)
 
 
 class TabularService:
@@ -52,7 +55,7 @@ class TabularService:
     def predictors(self) -> dict[str, dict[str, Any]]:
         return {s.name: self.predictor_info(s) for s in self.catalog.models(ModelKind.PREDICTOR)}
 
-    async def predict(self, model: str, rows: list[list[float | None]]) -> PredictResult:
+    async def predict(self, model: str, rows: Rows) -> PredictResult:
         spec = self.catalog.resolve(model, ModelKind.PREDICTOR)
         if len(rows) > MAX_ROWS:
             raise PayloadTooLarge(f"'input' has {len(rows)} rows; at most {MAX_ROWS} per request")
@@ -62,7 +65,7 @@ class TabularService:
                 return await asyncio.to_thread(_run, handle.predictor, rows)
 
 
-def _run(predictor: PredictorRuntime, rows: list[list[float | None]]) -> PredictResult:
+def _run(predictor: PredictorRuntime, rows: Rows) -> PredictResult:
     from inferd.runtimes.tabular import to_matrix
 
     x = to_matrix(rows, predictor.num_features)
@@ -70,4 +73,4 @@ def _run(predictor: PredictorRuntime, rows: list[list[float | None]]) -> Predict
     if not np.isfinite(y).all():  # e.g. an `exp` output overflowing: JSON cannot carry it
         row = int(np.argwhere(~np.isfinite(y))[0][0])
         raise InvalidInput(f"the prediction for input[{row}] is not a finite number (overflow)", f"input[{row}]")
-    return PredictResult(model=predictor.name, task=predictor.task, predictions=y.tolist())
+    return PredictResult(model=predictor.name, task=predictor.task, predictions=y)

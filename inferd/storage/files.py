@@ -1,5 +1,5 @@
 """Uploaded files (OpenAI `/v1/files`): bytes at `<data_dir>/files/<id>`, metadata beside
-them at `<id>.json`. No HTTP here; the routes in api/openai/files_routes.py are thin.
+them at `<id>.json`. No HTTP here; the routes in api/openai/files.py are thin.
 
 Crash safety: bytes and metadata are each written to a `.tmp-*` file and renamed into
 place (os.replace is atomic on one filesystem), bytes first, metadata last. A file is

@@ -55,3 +55,10 @@ def chunk_response(r: ChunkResult) -> dict[str, Any]:
             "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": 0, "total_tokens": r.prompt_tokens},
             "data": [{"object": "chunk", "index": i, "id": i, "text": c.text, "start_char": c.start_char,
                       "end_char": c.end_char, "mime_type": "text/plain"} for i, c in enumerate(r.chunks)]}
+
+
+def add_item_errors(out: dict[str, Any], errors: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    """`error_policy: per_item`: the failed items' errors beside `data`, and the summary."""
+    out["errors"] = errors
+    out["summary"] = {"total": total, "succeeded": total - len(errors), "failed": len(errors)}
+    return out

@@ -18,22 +18,36 @@ _SVM_BLOCK = 1 << 21  # kernel matrix entries per block (16 MiB of float64)
 
 
 def to_matrix(rows, num_features: int) -> np.ndarray:
-    """Request rows -> float32 [rows, features]. `None` means missing (NaN). Raises InvalidInput
-    naming the first bad row."""
+    """Request rows (lists, `None` meaning missing, or a 2-D numeric array already parsed by
+    the API layer, NaN meaning missing) -> float32 [rows, features]. Raises InvalidInput naming
+    the first bad row or value."""
     if len(rows) == 0:
         raise InvalidInput("'input' must hold at least one row", "input")
-    for i, r in enumerate(rows):
-        if len(r) != num_features:
-            raise InvalidInput(f"input[{i}] has {len(r)} values; the model takes exactly {num_features} features",
-                               f"input[{i}]")
-    try:
-        x = np.array(rows, dtype=np.float64)  # None -> NaN
-    except (TypeError, ValueError) as e:
-        raise InvalidInput(f"'input' must be rows of numbers: {e}", "input") from None
+    if isinstance(rows, np.ndarray):
+        if rows.ndim != 2 or rows.dtype.kind not in "fiu":
+            raise InvalidInput(f"'input' must be a 2-D numeric matrix, got shape {list(rows.shape)} of {rows.dtype}",
+                               "input")
+        if rows.shape[1] != num_features:
+            raise InvalidInput(f"input[0] has {rows.shape[1]} values; the model takes exactly {num_features} features",
+                               "input[0]")
+        x = rows
+    else:
+        for i, r in enumerate(rows):
+            if len(r) != num_features:
+                raise InvalidInput(f"input[{i}] has {len(r)} values; the model takes exactly {num_features} "
+                                   "features", f"input[{i}]")
+        try:
+            x = np.array(rows, dtype=np.float64)  # None -> NaN
+        except (TypeError, ValueError) as e:
+            raise InvalidInput(f"'input' must be rows of numbers: {e}", "input") from None
+    if x.dtype.kind != "f":
+        return x.astype(np.float32)  # integers: every int64 is within float32 range
     if np.isinf(x).any():
         r, c = np.argwhere(np.isinf(x))[0]
         raise InvalidInput(f"input[{r}][{c}] is infinite; use a finite number, or null/NaN for a missing value",
                            f"input[{r}][{c}]")
+    if x.dtype == np.float32:
+        return x
     with np.errstate(over="ignore"):
         x32 = x.astype(np.float32)
     if np.isinf(x32).any():

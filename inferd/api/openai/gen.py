@@ -1,20 +1,113 @@
-"""OpenAI wire <-> engine for chat and completions. Pure functions (plus async generators
-that map a GenerationStream's deltas to chunks). The Antfly face reuses these with its
-Dialect (dialect.py): `cached_prompt_tokens` in usage and the `speculation` report."""
+"""OpenAI face, generation: /v1/chat/completions and /v1/completions (and the unversioned
+aliases llama-server clients use), in three sections:
+
+- wire requests, with the extension fields llama-server, openai-server, GenAIServer and
+  Antfly accept (top_k, min_p, repetition_penalty, grammar, chat_template,
+  chat_template_kwargs, enable_thinking, ignore_eos, and the engine controls). Unknown fields
+  are ignored, as OpenAI clients send many (user, store, ...);
+- wire <-> engine: pure functions, plus async generators that map a GenerationStream's deltas
+  to chunks. The Antfly face reuses them with its Dialect (dialect.py): `cached_prompt_tokens`
+  in usage and the `speculation` report;
+- the thin routes."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
+import uuid
 
-from inferd.api.openai.dialect import OPENAI, Dialect
-from inferd.api.openai.gen_schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from inferd.api.deps import get_service
+from inferd.api.openai.dialect import Dialect, OPENAI
+from inferd.api.streaming import generate_or_stream, sse_response
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
-from inferd.types import ChatOptions, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage, total_usage
+from inferd.service import InferenceService
+from inferd.types import (ChatOptions, EngineControls, GenerateRequest, Generation, SamplingParams, TokenLogprob,
+                          Usage, total_usage)
 
 
+# ---- wire requests -------------------------------------------------------------------
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")  # name, tool_calls, tool_call_id, ... reach the template
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by chat and completions."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(None, gt=0.0)
+    repeat_penalty: float | None = Field(None, gt=0.0)  # llama-server's name
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logit_bias: dict[str, float] | None = None
+    n: int = Field(1, ge=1, le=8)  # as vLLM and llama-server; at most the model's parallel slots
+    ignore_eos: bool = False
+    grammar: str | None = None
+    # The engine controls of the Antfly spec (API-NOTES.md), accepted on every generation face
+    # as llama-server and vLLM accept their own extensions (`extra_body` in the openai client).
+    # A value inferd cannot honour is refused here (a Literal names the accepted values) or by
+    # the service against the loaded model (cache_dtype, draft_model), never ignored.
+    draft_model: str | None = Field(None, min_length=1, max_length=256)
+    speculative_k: int | None = Field(None, ge=1, le=16)
+    speculation_policy: Literal["auto", "on", "off"] = "auto"
+    speculation_calibration: Literal["none", "online"] = "none"
+    cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] | None = None
+    cache_compaction_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    prompt_cache: bool = True
+    cache_prompt: bool | None = None  # llama-server's name for prompt_cache
+    prompt_cache_key: str | None = Field(None, max_length=256)  # OpenAI's own field: slot affinity here
+
+    @model_validator(mode="after")
+    def _cache_prompt_alias(self) -> "SamplingFields":
+        if self.cache_prompt is not None:
+            if "prompt_cache" in self.model_fields_set and self.prompt_cache != self.cache_prompt:
+                raise ValueError("prompt_cache and cache_prompt (its llama-server name) disagree")
+            self.prompt_cache = self.cache_prompt
+        return self
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage]
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]] = ""
+    echo: bool = False
+    suffix: str | None = None
+    logprobs: int | None = Field(None, ge=0, le=20)  # legacy: how many top tokens per position
+    best_of: int | None = Field(None, ge=1)
+
+
+# ---- wire <-> engine (pure functions) ------------------------------------------------
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
@@ -56,7 +149,15 @@ def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0
 def _common(body: SamplingFields) -> dict[str, Any]:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream,
-            "n": body.n}
+            "n": body.n, "engine": engine_controls(body)}
+
+
+def engine_controls(body: SamplingFields) -> EngineControls:
+    return EngineControls(
+        cache_dtype=body.cache_dtype, prompt_cache=body.prompt_cache, prompt_cache_key=body.prompt_cache_key,
+        cache_compaction_ratio=body.cache_compaction_ratio, draft_model=body.draft_model,
+        speculative_k=body.speculative_k, speculation_policy=body.speculation_policy,
+        speculation_calibration=body.speculation_calibration)
 
 
 def chat_options(body: ChatCompletionRequest) -> ChatOptions:
@@ -135,9 +236,18 @@ def usage_dict(u: Usage, dialect: Dialect = OPENAI) -> dict[str, Any]:
     return out
 
 
-def timings(u: Usage) -> dict[str, Any]:
-    return {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
-            "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+def timings(u: Usage, speculation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """llama-server's `timings`, with its draft_n / draft_n_accepted when the request speculated."""
+    out = {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
+           "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+    if speculation is not None and speculation.get("decision") == "enabled":
+        out["draft_n"], out["draft_n_accepted"] = speculation["drafted_tokens"], speculation["accepted_tokens"]
+    return out
+
+
+def _report(stream: Any) -> dict[str, Any] | None:
+    spec = getattr(stream, "speculation", None)
+    return spec.report() if spec is not None else None
 
 
 def _lp_entry(token: str, lp: float, b: bytes) -> dict[str, Any]:
@@ -188,7 +298,7 @@ def chat_response(g: Generation, dialect: Dialect = OPENAI) -> dict[str, Any]:
                 "logprobs": chat_logprobs(c.logprobs) if c.logprobs is not None else None,
                 "finish_reason": c.finish_reason} for c in [g, *g.choices]]
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage, g.speculation)}
 
 
 def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
@@ -197,7 +307,7 @@ def completion_response(g: Generation, echo_text: str | None = None) -> dict[str
                 "logprobs": completion_logprobs(c.logprobs, len(prefix)) if c.logprobs is not None else None}
                for c in [g, *g.choices]]
     return {"id": new_id("cmpl"), "object": "text_completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage)}
+            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage, g.speculation)}
 
 
 # ---- streams ----------------------------------------------------------------------------------
@@ -238,13 +348,13 @@ async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENA
         if d.finish_reason:
             final = {**head, "choices": [{"index": d.index, "delta": {}, "logprobs": None,
                                           "finish_reason": d.finish_reason}]}
-            spec = getattr(stream, "speculation", None)
-            if dialect.speculation and spec is not None:  # what speculation did, once it is known
-                final["speculation"] = spec.report()
+            report = _report(stream)
+            if dialect.speculation and report is not None:  # what speculation did, once it is known
+                final["speculation"] = report
             yield _progress(final, d.usage, first)
     if include_usage and all(u is not None for u in usages):
         usage = total_usage([u for u in usages if u is not None])
-        yield {**head, "choices": [], "usage": usage_dict(usage, dialect), "timings": timings(usage)}
+        yield {**head, "choices": [], "usage": usage_dict(usage, dialect), "timings": timings(usage, _report(stream))}
 
 
 async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | None = None
@@ -269,4 +379,30 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
             first = False
     if include_usage and all(u is not None for u in usages):
         usage = total_usage([u for u in usages if u is not None])
-        yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage)}
+        yield {**head, "choices": [], "usage": usage_dict(usage), "timings": timings(usage, _report(stream))}
+
+
+# ---- routes --------------------------------------------------------------------------
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request,
+                           svc: InferenceService = Depends(get_service)):
+    usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await generate_or_stream(
+        request, svc, chat_request(body),
+        stream=lambda s: sse_response(chat_chunks(s, usage, OPENAI), s.aclose, OPENAI.name),
+        respond=chat_response)
+
+
+@router.post("/v1/completions")
+@router.post("/completions")
+async def completions(body: CompletionRequest, request: Request, svc: InferenceService = Depends(get_service)):
+    echo = echo_text(body)
+    usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await generate_or_stream(
+        request, svc, completion_request(body),
+        stream=lambda s: sse_response(completion_chunks(s, usage, echo), s.aclose, OPENAI.name),
+        respond=lambda g: completion_response(g, echo))

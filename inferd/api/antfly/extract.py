@@ -1,17 +1,89 @@
-"""Antfly /ai/v1/extract: wire <-> engine. Pure functions."""
+"""Antfly face: /ai/v1/extract (entities, relations, classifications, structures). Sections:
+wire models (their limits bound the work one request can ask for), pure converters, the
+thin route."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse
 
 from inferd.api.antfly.embed_convert import _item_error, _part_ref
 from inferd.api.antfly.embed_schemas import ContentPart
-from inferd.api.antfly.extract_schemas import ExtractRequest, StructureWire
+from inferd.api.antfly.convert import add_item_errors
+from inferd.api.deps import get_service
+from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InferdError, InvalidInput
-from inferd.extraction_types import (ClassificationSpec, ExtractItem, ExtractOptions, ExtractSchema,
-                                     RelationSpec)
+from inferd.extraction_types import ClassificationSpec, ExtractItem, ExtractOptions, ExtractSchema, RelationSpec
 from inferd.media.sources import MediaRef
+from inferd.service import InferenceService
 
+
+# ---- wire requests -------------------------------------------------------------------
+MAX_INPUTS = 256
+MAX_LABELS = 64
+# A label is a name ("person", "works at"), as long as a relation type may be: each one is
+# tokenized into every prompt and echoed in every entity found.
+Label = Annotated[str, Field(max_length=200)]
+
+
+class ExtractInputWire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | int | None = None
+    content: str | ContentPart | list[ContentPart]
+    metadata: dict[str, Any] | None = None
+
+
+class RelationWire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(min_length=1, max_length=200)
+    source: str | None = Field(None, max_length=200)
+    target: str | None = Field(None, max_length=200)
+
+
+class ClassificationWire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    labels: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
+    multi_label: bool = False
+
+
+class StructureWire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # field -> a type name ("string", "integer", "string[]", ...), a description (a string
+    # field), or a JSON Schema object.
+    fields: dict[str, str | dict[str, Any]] = Field(min_length=1, max_length=32)
+    description: str | None = Field(None, max_length=2000)
+
+
+class ExtractSchemaWire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    entities: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
+    relations: list[RelationWire] = Field(default_factory=list, max_length=32)
+    classifications: list[ClassificationWire] = Field(default_factory=list, max_length=16)
+    structures: dict[str, StructureWire] = Field(default_factory=dict, max_length=8)
+
+
+class ExtractOptionsWire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    flat_ner: bool = True
+    include_confidence: bool = True
+    include_spans: bool = True
+
+
+class ExtractRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model: str | None = None
+    inputs: list[ExtractInputWire] = Field(min_length=1, max_length=MAX_INPUTS)
+    schema_: ExtractSchemaWire = Field(alias="schema")
+    options: ExtractOptionsWire = Field(default_factory=lambda: ExtractOptionsWire.model_validate({}))
+    error_policy: Literal["fail_fast", "per_item"] = "fail_fast"
+
+
+# ---- wire <-> engine (pure functions) ------------------------------------------------
 # A structure field given as a type name. Strings and arrays are bounded so that the
 # generated JSON has a bounded length: it always finishes within the token budget.
 MAX_STRING = 256
@@ -135,7 +207,16 @@ def extract_response(req: ExtractRequest, r: Any, per_item: bool) -> dict[str, A
     out: dict[str, Any] = {"object": "extraction", "model": r.model, "data": data,
                            "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                                      "total_tokens": r.prompt_tokens + r.completion_tokens}}
-    if per_item:
-        out["errors"] = errors
-        out["summary"] = {"total": len(r.items), "succeeded": len(data), "failed": len(errors)}
-    return out
+    return add_item_errors(out, errors, len(r.items)) if per_item else out
+
+
+# ---- routes --------------------------------------------------------------------------
+router = APIRouter(prefix="/ai/v1")
+
+
+@router.post("/extract")
+async def extract(req: ExtractRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    per_item = req.error_policy == "per_item"
+    r = await cancel_on_disconnect(request, svc.extraction.extract(
+        req.model, inputs_of(req), schema_of(req), options_of(req), per_item=per_item))
+    return JSONResponse(extract_response(req, r, per_item))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import JSONResponse
 
 from inferd.api.deps import get_service
-from inferd.api.openai.audio_convert import language_of
+from inferd.api.openai.audio import language_of
 from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.service import InferenceService

@@ -1,19 +1,74 @@
-"""Ollama wire <-> engine for /api/chat and /api/generate. Pure functions, plus async
-generators mapping a GenerationStream's deltas to NDJSON objects."""
+"""Ollama face, generation: /api/chat and /api/generate (NDJSON streams by default), in
+sections: the wire requests (unknown fields and options are ignored, as Ollama does: it
+logs them); wire <-> engine (pure functions, plus async generators mapping a
+GenerationStream's deltas to NDJSON objects); a model's own defaults as Ollama applies its
+Modelfile (`options`, the PARAMETER lines of a pulled model, under the request's options,
+and its `system` prompt when the request brings none); the thin routes."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 import math
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferd.api.deps import get_service
 from inferd.api.ollama.convert import iso, keep_alive, tagged
-from inferd.api.ollama.gen_schemas import ChatRequest, GenerateRequest as WireGenerate
+from inferd.api.streaming import generate_or_stream, ndjson_response
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
-from inferd.types import ChatOptions, Delta, Generation, GenerateRequest, SamplingParams, TokenLogprob, Usage
+from inferd.models import ModelSpec
+from inferd.service import InferenceService
+from inferd.types import ChatOptions, Delta, GenerateRequest, Generation, SamplingParams, TokenLogprob, Usage
 
+
+# ---- wire requests -------------------------------------------------------------------
+class OllamaMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")  # tool_calls, tool_name, ... reach the template
+    role: str
+    content: str | None = ""
+    images: list[str] | None = None
+    thinking: str | None = None  # output-only: never replayed into the prompt
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    messages: list[OllamaMessage] = []
+    stream: bool = True
+    format: str | dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: str | float | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # GenAIServer's extension
+    think: bool | str | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class GenerateBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    prompt: str | None = None
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    stream: bool = True
+    raw: bool = False
+    format: str | dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: str | float | None = None
+    images: list[str] | None = None
+    think: bool | str | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+# ---- wire <-> engine (pure functions) ------------------------------------------------
 # Ollama's defaults when neither the request nor a Modelfile says otherwise.
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
             "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
@@ -104,7 +159,7 @@ def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
     return [*({"type": "image", "data": b} for b in images), {"type": "text", "text": text}]
 
 
-def generate_request(body: WireGenerate) -> GenerateRequest:
+def generate_request(body: GenerateBody) -> GenerateRequest:
     if body.images and body.raw:
         raise InvalidInput("'images' need the model's chat template: they cannot be sent with raw: true", "images")
     if body.suffix:
@@ -232,3 +287,52 @@ async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
                      "done_reason": _done_reason(d.finish_reason), "context": stream.prompt_tokens + tokens,
                      **stats(d.usage or Usage())}
             yield _lp(final, held if want_lp and held else None)
+
+
+# ---- defaults (pure) -----------------------------------------------------------------
+def apply_model_defaults(spec: ModelSpec | None, body: ChatRequest | GenerateBody) -> None:
+    if spec is None:
+        return
+    m = spec.manifest
+    opts = m.get("options")
+    if isinstance(opts, dict) and opts:
+        body.options = {**opts, **(body.options or {})}
+    system = m.get("system")
+    if not isinstance(system, str) or not system:
+        return
+    if isinstance(body, ChatRequest):
+        if body.messages and not any(x.role == "system" for x in body.messages):
+            body.messages = [OllamaMessage(role="system", content=system), *body.messages]
+    elif body.system is None and not body.raw:
+        body.system = system
+
+
+# ---- routes --------------------------------------------------------------------------
+router = APIRouter(prefix="/api")
+
+
+async def _load_only(svc: InferenceService, body: ChatRequest | GenerateBody, chat: bool) -> dict:
+    """A request with nothing to generate loads the model (or, with keep_alive 0, unloads it)."""
+    ka = keep_alive(body.keep_alive)
+    spec = await svc.load_generator(body.model, ka)
+    return load_response(spec.name, chat=chat, unloaded=ka == 0)
+
+
+@router.post("/chat")
+async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depends(get_service)):
+    if is_load_only(None, body.messages):
+        return await _load_only(svc, body, chat=True)
+    apply_model_defaults(svc.lookup(body.model), body)
+    return await generate_or_stream(request, svc, chat_request(body),
+                                    stream=lambda s: ndjson_response(chat_chunks(s), s.aclose),
+                                    respond=chat_response)
+
+
+@router.post("/generate")
+async def generate(body: GenerateBody, request: Request, svc: InferenceService = Depends(get_service)):
+    if is_load_only(body.prompt, None, body.context) and not body.images:
+        return await _load_only(svc, body, chat=False)
+    apply_model_defaults(svc.lookup(body.model), body)
+    return await generate_or_stream(request, svc, generate_request(body),
+                                    stream=lambda s: ndjson_response(generate_chunks(s), s.aclose),
+                                    respond=generate_response)
