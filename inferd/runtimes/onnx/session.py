@@ -22,7 +22,8 @@ def open_session(model: Path | bytes, threads: int | None = None, spin: bool = T
     for the next one. Batched encoders pass it: their passes are long, so waking costs little,
     while a spinning pool takes the cores that the event loop needs to answer the requests of
     the batch (measured: 32 one-sentence clients went from about 260 to 450 requests/s on 2
-    shared cores, bench/embeddings.py). Token-by-token decoders keep spinning (short steps)."""
+    cores under outside load, and level on a quieter machine; bench/embeddings.py).
+    Token-by-token decoders keep spinning (short steps)."""
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
