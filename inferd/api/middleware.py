@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import re
 import logging
 import time
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,7 +33,7 @@ class RequestContext:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:64] or uuid.uuid4().hex[:16]
+        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:64] or os.urandom(8).hex()  # as uuid4().hex[:16], cheaper
         token = request_id.set(rid)
         status, t0 = 500, time.perf_counter()
 

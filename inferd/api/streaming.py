@@ -104,27 +104,35 @@ def ndjson_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[]
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it if the client disconnects first (its generation stops at
-    the next step instead of running to max_tokens for nobody)."""
-    task = asyncio.ensure_future(work)
+    the next step instead of running to max_tokens for nobody).
+
+    The work runs in the request's own task and the watcher cancels that task on a
+    disconnect: one task per request instead of two plus an asyncio.wait (a measurable share
+    of a small embedding request)."""
+    me = asyncio.current_task()
+    assert me is not None
+    gone = False
 
     async def disconnected() -> None:
+        nonlocal gone
         while (await request.receive())["type"] != "http.disconnect":
             pass
+        gone = True
+        me.cancel()
 
     watch = asyncio.ensure_future(disconnected())
     try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        result = await work
     except asyncio.CancelledError:
-        task.cancel()
+        # Ours alone (no outside cancel pending as well): the client left.
+        if gone and me.uncancel() == 0:
+            raise Cancelled("client disconnected") from None
         raise
     finally:
         watch.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
-    raise Cancelled("client disconnected")
+    if gone:  # the work swallowed our cancel and finished anyway: take the request back
+        me.uncancel()
+    return result
 
 
 async def generate_or_stream(request: Request, svc: Any, req: Any, stream: Callable[[Any], Any],

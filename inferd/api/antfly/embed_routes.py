@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+
+from inferd.api.fastjson import FastJSONResponse
 
 from inferd.api.antfly import embed_convert as convert
 from inferd.api.antfly.embed_schemas import EmbedRequest, MultimodalRerankRequest, RerankRequest
@@ -16,11 +18,11 @@ router = APIRouter(prefix="/ai/v1")
 
 @router.post("/embed")
 @router.post("/embeddings")
-async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService = Depends(get_service)) -> Response:
     per_item = req.error_policy == "per_item"
     r = await cancel_on_disconnect(request, svc.embed(req.model, convert.embed_inputs(req), task=convert.task_of(req),
                                                       dimensions=req.dimensions, per_item=per_item))
-    return JSONResponse(convert.embeddings_response(r, r.items, req.encoding_format, per_item))
+    return FastJSONResponse(convert.embeddings_response(r, r.items, req.encoding_format, per_item))
 
 
 @router.post("/rerank")

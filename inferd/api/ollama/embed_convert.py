@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from inferd.api.ollama.convert import tagged
 from inferd.errors import ModelNotSupported
 from inferd.service import EmbedResult
@@ -15,12 +17,17 @@ def _dense(r: EmbedResult) -> None:
                                 "(use /ai/v1/embeddings)")
 
 
+def _array(v: Any) -> np.ndarray:
+    """float32, contiguous: what FastJSONResponse writes as a JSON array of numbers."""
+    return np.ascontiguousarray(v, dtype=np.float32)
+
+
 def embed_response(r: EmbedResult, total_ns: int, load_ns: int) -> dict[str, Any]:
     _dense(r)
-    return {"model": tagged(r.model), "embeddings": [v.tolist() for v in r.items], "total_duration": total_ns,
+    return {"model": tagged(r.model), "embeddings": [_array(v) for v in r.items], "total_duration": total_ns,
             "load_duration": load_ns, "prompt_eval_count": r.prompt_tokens}
 
 
 def legacy_response(r: EmbedResult) -> dict[str, Any]:
     _dense(r)
-    return {"embedding": r.items[0].tolist()}
+    return {"embedding": _array(r.items[0])}

@@ -25,11 +25,12 @@ def embed_inputs(req: EmbeddingRequest) -> list[str | list[int]]:
 
 
 def vector(v: Any, encoding_format: str) -> Any:
-    """Dense: a float list, or base64 of little-endian float32 (what OpenAI sends and its
-    client decodes). Sparse: {"indices", "values"}."""
+    """Dense: the float32 array itself (FastJSONResponse writes it as a JSON array of
+    numbers), or base64 of little-endian float32 (what OpenAI sends and its client decodes).
+    Sparse: {"indices", "values"}."""
     if isinstance(v, np.ndarray):
-        a = v.astype("<f4", copy=False)
-        return base64.b64encode(a.tobytes()).decode("ascii") if encoding_format == "base64" else a.tolist()
+        a = np.ascontiguousarray(v, dtype="<f4")
+        return base64.b64encode(a.tobytes()).decode("ascii") if encoding_format == "base64" else a
     return sparse(v)
 
 

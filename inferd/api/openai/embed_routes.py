@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter, Depends, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+
+from inferd.api.fastjson import FastJSONResponse
 
 from inferd.api.deps import get_service
 from inferd.api.openai import embed_convert as convert
@@ -20,12 +22,13 @@ router = APIRouter()
 @router.post("/v1/embeddings")
 @router.post("/embeddings")
 async def embeddings(req: EmbeddingRequest, request: Request,
-                     svc: InferenceService = Depends(get_service)) -> JSONResponse:
+                     svc: InferenceService = Depends(get_service)) -> Response:
     convert.check_dense(svc.spec_for(req.model, ModelKind.EMBEDDER))  # before any model work
     work = svc.embed(req.model, convert.embed_inputs(req), dimensions=req.dimensions, truncate=req.truncate)
     r = await cancel_on_disconnect(request, work)  # a gone client's inputs are skipped by the batcher
-    # JSONResponse directly: FastAPI's encoder walks every float of every vector (slow).
-    return JSONResponse(convert.embeddings_response(r, req.encoding_format))
+    # orjson straight from the float32 arrays: FastAPI's encoder and json.dumps walk every
+    # float of every vector as a Python object (slow).
+    return FastJSONResponse(convert.embeddings_response(r, req.encoding_format))
 
 
 @router.post("/v1/rerank")

@@ -50,7 +50,7 @@ def _build(cls: type["OnnxEncoder"], spec: ModelSpec, opts: RuntimeOptions, spar
     files = locate(spec, prefer_quantized=opts.prefer_quantized)
     if files.safetensors is not None and cls is not Embedder:
         raise ModelLoadFailed(f"model '{spec.name}': {cls.__name__} needs an ONNX export (found only safetensors)")
-    session = OnnxSession(_graph(files, sparse), threads=opts.threads)
+    session = OnnxSession(_graph(files, sparse), threads=opts.threads, spin=False)  # batched: see open_session
     tokenizer = TextTokenizer(str(files.tokenizer))  # read once; its own limit is one input of max_length
     tokenizer.set_max_length(max_length(files, tokenizer.file_max_length))
     runtime = cls(spec, files, session, tokenizer)

@@ -61,7 +61,9 @@ class TextTokenizer:
         return tuple(enc.ids[:first]), tuple(enc.ids[last + 1:])
 
     def encode(self, texts: Sequence[str], with_offsets: bool = False) -> list[Encoded]:
-        encs = self.tok.encode_batch(list(texts))
+        # One text (a single-sentence request): plain encode, no hand-off to the tokenizer's
+        # thread pool, whose wake-up competes with onnxruntime's threads for the cores.
+        encs = [self.tok.encode(texts[0])] if len(texts) == 1 else self.tok.encode_batch(list(texts))
         return [Encoded(tuple(e.ids), tuple(e.type_ids), bool(e.overflowing),
                         tuple(e.offsets) if with_offsets else ()) for e in encs]
 
