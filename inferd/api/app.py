@@ -12,7 +12,7 @@ from starlette.middleware.cors import CORSMiddleware
 from inferd import __version__
 from inferd.api import console, control, gen_control, observe, openapi_doc
 from inferd.api.antfly import gen as antfly_gen
-from inferd.api.antfly import embed_routes as antfly_embed
+from inferd.api.antfly import embed as antfly_embed
 from inferd.api.antfly import extract as antfly_extract
 from inferd.api.antfly import ml as antfly_ml
 from inferd.api.antfly import rewrite as antfly_rewrite
@@ -22,10 +22,10 @@ from inferd.api.antfly import transcribe as antfly_transcribe
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext
 from inferd.api.origins import BrowserGuard, OriginPolicy
-from inferd.api.ollama import embed_routes as ollama_embed
+from inferd.api.ollama import embed as ollama_embed
 from inferd.api.ollama import gen as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
-from inferd.api.openai import embed_routes as openai_embed
+from inferd.api.openai import embed as openai_embed
 from inferd.api.openai import audio as openai_audio
 from inferd.api.openai import files as openai_files
 from inferd.api import models_routes

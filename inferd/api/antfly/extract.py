@@ -10,8 +10,8 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
-from inferd.api.antfly.embed_convert import _item_error, _part_ref
-from inferd.api.antfly.embed_schemas import ContentPart
+from inferd.api.antfly.embed import _item_error, _part_ref
+from inferd.api.antfly.embed import ContentPart
 from inferd.api.antfly.convert import add_item_errors
 from inferd.api.deps import get_service
 from inferd.api.streaming import cancel_on_disconnect

@@ -1,18 +1,57 @@
-"""OpenAI-face embeddings and rerank: wire <-> engine. Pure functions."""
+"""OpenAI face: /v1/embeddings and /embeddings; /v1/rerank and /rerank (the llama-server /
+vLLM / Infinity shape). Sections: wire models, pure converters, thin routes."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
+import uuid
 
+from fastapi import APIRouter, Depends, Request
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse, Response
 
-from inferd.api.openai.embed_schemas import EmbeddingRequest, RerankRequest
+from inferd.api.deps import get_service
+from inferd.api.fastjson import FastJSONResponse
+from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InvalidInput, ModelNotSupported
-from inferd.service import EmbedResult, RerankResult
+from inferd.models import ModelKind
+from inferd.service import EmbedResult, InferenceService, RerankResult
 
 
+# ---- wire requests -------------------------------------------------------------------
+# A string, a list of strings, token ids, or a list of token-id lists (as OpenAI accepts).
+EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    input: EmbeddingInput
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+    # OpenAI answers an over-long input with a 400; `truncate: true` (llama-server, vLLM,
+    # Infinity) opts into keeping its first tokens instead.
+    truncate: bool = False
+
+
+class RerankDocument(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str
+
+
+class RerankRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    query: str
+    documents: list[str | RerankDocument] = Field(max_length=10_000)
+    top_n: int | None = Field(None, ge=0)
+    return_documents: bool = False
+
+# ---- wire <-> engine (pure functions) ------------------------------------------------
 def embed_inputs(req: EmbeddingRequest) -> list[str | list[int]]:
     x = req.input
     if isinstance(x, str):
@@ -78,3 +117,27 @@ def rerank_response(r: RerankResult, docs: Sequence[str], top_n: int | None, ret
         results.append(item)
     return {"id": request_id, "object": "list", "model": r.model, "results": results,
             "usage": {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens}}
+
+# ---- routes --------------------------------------------------------------------------
+router = APIRouter()
+
+
+@router.post("/v1/embeddings")
+@router.post("/embeddings")
+async def embeddings(req: EmbeddingRequest, request: Request,
+                     svc: InferenceService = Depends(get_service)) -> Response:
+    check_dense(svc.spec_for(req.model, ModelKind.EMBEDDER))  # before any model work
+    work = svc.embed(req.model, embed_inputs(req), dimensions=req.dimensions, truncate=req.truncate)
+    r = await cancel_on_disconnect(request, work)  # a gone client's inputs are skipped by the batcher
+    # orjson straight from the float32 arrays: FastAPI's encoder and json.dumps walk every
+    # float of every vector as a Python object (slow).
+    return FastJSONResponse(embeddings_response(r, req.encoding_format))
+
+
+@router.post("/v1/rerank")
+@router.post("/rerank")
+async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    docs = rerank_documents(req)
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, docs))
+    return JSONResponse(rerank_response(r, docs, req.top_n, req.return_documents,
+                                                f"rerank-{uuid.uuid4().hex[:24]}"))

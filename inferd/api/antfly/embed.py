@@ -1,17 +1,66 @@
-"""Antfly embeddings and rerank: wire <-> engine. Pure functions."""
+"""Antfly face: /ai/v1/embed, /ai/v1/embeddings, /ai/v1/rerank, /ai/v1/rerank_multimodal.
+Sections: wire models, pure converters, thin routes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from inferd.api.antfly.embed_schemas import ContentPart, EmbedRequest, MultimodalDocument
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse, Response
+
+from inferd.api.deps import get_service
 from inferd.api.errors import classify, item_error
-from inferd.api.openai.embed_convert import check_format, vector
+from inferd.api.fastjson import FastJSONResponse
+from inferd.api.openai.embed import check_format, vector
+from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import CapabilityMissing, InferdError, InvalidInput
 from inferd.media.sources import MediaRef, inline_ref, parse_ref
-from inferd.service import EmbedResult, RerankResult
+from inferd.service import EmbedResult, InferenceService, RerankResult
 
 
+# ---- wire requests -------------------------------------------------------------------
+class ContentPart(BaseModel):
+    """{type: text, text} | {type: image_url, image_url: {url}} | {type: media, data, mime_type}."""
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "image_url", "media"]
+    text: str | None = None
+    image_url: dict[str, Any] | None = None
+    data: str | None = None
+    mime_type: str | None = None
+
+
+class EmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    input: str | list[str | ContentPart | list[ContentPart]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    task_type: str | None = None
+    input_type: str | None = None  # deprecated alias of task_type
+    error_policy: Literal["fail_fast", "per_item"] = "fail_fast"
+
+
+class RerankRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    query: str
+    prompts: list[str] = Field(max_length=10_000)
+
+
+class MultimodalDocument(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    content: str | list[ContentPart] | None = None
+
+
+class MultimodalRerankRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    query: str
+    documents: list[MultimodalDocument] = Field(max_length=10_000)
+
+# ---- wire <-> engine (pure functions) ------------------------------------------------
 def _part_ref(p: ContentPart, where: str) -> MediaRef:
     """An image part -> its media reference (parsed, not fetched)."""
     if p.type == "image_url":
@@ -97,3 +146,31 @@ def rerank_response(r: RerankResult) -> dict[str, Any]:
             "data": [{"object": "rerank.score", "index": i, "score": s} for i, s in enumerate(r.scores)],
             "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": 0, "total_tokens": r.prompt_tokens,
                       "cached_prompt_tokens": 0}}
+
+# ---- routes --------------------------------------------------------------------------
+router = APIRouter(prefix="/ai/v1")
+
+
+@router.post("/embed")
+@router.post("/embeddings")
+async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService = Depends(get_service)) -> Response:
+    per_item = req.error_policy == "per_item"
+    r = await cancel_on_disconnect(request, svc.embed(req.model, embed_inputs(req), task=task_of(req),
+                                                      dimensions=req.dimensions, per_item=per_item))
+    return FastJSONResponse(embeddings_response(r, r.items, req.encoding_format, per_item))
+
+
+@router.post("/rerank")
+async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, req.prompts, param="prompts"))
+    return JSONResponse(rerank_response(r))
+
+
+@router.post("/rerank_multimodal")
+async def rerank_multimodal(req: MultimodalRerankRequest, request: Request,
+                            svc: InferenceService = Depends(get_service)) -> JSONResponse:
+    spec = svc.multimodal_rerank_spec(req.model)  # unknown model: 404 before looking at documents
+    docs = multimodal_parts(req.documents)
+    # Image (or mixed) documents need an image-capable embedder; text-only ones on a reranker keep its path.
+    r = await cancel_on_disconnect(request, svc.rerank_multimodal(spec.name, req.query, docs))
+    return JSONResponse(rerank_response(r))
