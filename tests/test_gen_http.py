@@ -379,7 +379,9 @@ def test_failure_after_the_stream_started_is_an_error_frame():
 
         rt.decode = flaky
         try:
-            body = {"model": "tiny", "messages": HI, "max_tokens": 50, "stream": True}
+            # greedy and no EOS: every stream reaches the 4th decode, which fails
+            body = {"model": "tiny", "messages": HI, "max_tokens": 50, "stream": True, "temperature": 0, "ignore_eos": True,
+                    "options": {"temperature": 0, "num_predict": 50}}  # (Ollama reads its options)
             for path, fam in (("/v1/chat/completions", "openai"), ("/ai/v1/generate", "antfly"),
                               ("/api/chat", "ollama")):
                 calls["n"] = 0
