@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, copy_error
+from inferd.errors import ModelUnloaded
+from inferd.scheduling.futures import check_count, fail, fail_unloaded, resolve
 from inferd.observability.context import note_tokens
 from inferd.observability.stats import EncStats
 
@@ -118,9 +119,7 @@ class Batcher:
                 except BaseException as exc:  # noqa: BLE001 - every entry must hear about it
                     self.running = 0
                     self.stats.failed_batches += 1
-                    for e in batch:
-                        if not e.fut.done():
-                            e.fut.set_exception(_per_entry(exc))
+                    fail([e.fut for e in batch], exc, log, "inference")  # "inference failed: ..."
                     if isinstance(exc, asyncio.CancelledError):
                         raise
                     continue
@@ -129,35 +128,18 @@ class Batcher:
                 self.stats.items += len(batch)
                 self.stats.padded_tokens += len(batch) * max(e.cost for e in batch)
                 self.observed.record(len(batch), len(batch) * max(e.cost for e in batch), sum(e.cost for e in batch))
-                for e, r in zip(batch, out):
-                    if not e.fut.done():
-                        e.fut.set_result(r)
+                resolve([e.fut for e in batch], out)
 
     @property
     def waiting(self) -> int:
         return sum(1 for e in self._pending if not e.fut.done())
 
     def _run(self, items: list[Any]) -> Sequence[Any]:
-        out = self.run(items)
-        if len(out) != len(items):
-            raise InferenceFailed(f"model '{self.name}' returned {len(out)} results for {len(items)} inputs")
-        return out
+        return check_count(self.run(items), len(items), self.name, "inputs")
 
     def close(self) -> None:
         self.closed = True
-        for e in self._pending:
-            if not e.fut.done():
-                e.fut.get_loop().call_soon_threadsafe(_fail, e.fut, self.name)
+        fail_unloaded([e.fut for e in self._pending], self.name)
         self._pending = []
         self._executor.shutdown(wait=True)
 
-
-def _fail(fut: asyncio.Future, name: str) -> None:
-    if not fut.done():
-        fut.set_exception(ModelUnloaded(name))
-
-
-def _per_entry(exc: BaseException) -> BaseException:
-    if not isinstance(exc, InferdError):
-        log.error("encoder batch failed", exc_info=exc)
-    return copy_error(exc)

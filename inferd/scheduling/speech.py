@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, copy_error
+from inferd.errors import ModelUnloaded
+from inferd.scheduling.futures import check_count, fail, fail_unloaded, resolve
 
 log = logging.getLogger("inferd.speech")
 
@@ -95,40 +96,22 @@ class SpeechQueue:
                 out = await loop.run_in_executor(self._executor, self._run, batch)
             except BaseException as exc:  # noqa: BLE001 - every window of the batch must hear about it
                 self.stats.failed_batches += 1
-                for e in batch:
-                    if not e.fut.done():
-                        e.fut.set_exception(_per_entry(exc))
+                fail([e.fut for e in batch], exc, log, "transcription")
                 if isinstance(exc, asyncio.CancelledError):
                     raise
                 continue
             self.stats.batches += 1
             self.stats.windows += len(batch)
             self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-            for e, r in zip(batch, out):
-                if not e.fut.done():
-                    e.fut.set_result(r)
+            resolve([e.fut for e in batch], out)
 
     def _run(self, batch: list[_Entry]) -> list[Any]:
-        out = self.runtime.decode_batch([e.chunk for e in batch], batch[0].opts)
-        if len(out) != len(batch):
-            raise InferenceFailed(f"model '{self.name}' returned {len(out)} results for {len(batch)} windows")
-        return out
+        return list(check_count(self.runtime.decode_batch([e.chunk for e in batch], batch[0].opts),
+                                len(batch), self.name, "windows"))
 
     def close(self) -> None:
         self.closed = True
-        for e in self._pending:
-            if not e.fut.done():
-                e.fut.get_loop().call_soon_threadsafe(_fail, e.fut, self.name)
+        fail_unloaded([e.fut for e in self._pending], self.name)
         self._pending = []
         self._executor.shutdown(wait=True)
 
-
-def _fail(fut: asyncio.Future, name: str) -> None:
-    if not fut.done():
-        fut.set_exception(ModelUnloaded(name))
-
-
-def _per_entry(exc: BaseException) -> BaseException:
-    if not isinstance(exc, InferdError):
-        log.error("speech batch failed", exc_info=exc)
-    return copy_error(exc, "transcription failed")
