@@ -238,6 +238,27 @@ class ExtractionService:
     def _fail(out: list[Any], i: int, err: BaseException) -> None:
         out[i] = err if isinstance(err, InferdError) else InferenceFailed(f"inference failed: {err}")
 
+    async def _encode_decode(self, handle: EncoderHandle[Any], items: list[str], live: list[int], out: list[Any],
+                             result: Any, prepare: Callable[[int], list[Any]],
+                             decode: Callable[[int, list[Any], list[Any]], Any]) -> list[tuple[int, Any]]:
+        """One span stage (entities, relations) for the live items: prepare each item's pieces
+        and, later, decode the model's output (the span search) on worker threads, as long
+        texts make both slow; one batcher submission between. -> (item, decoded) for the items
+        that succeeded; a failed item's error goes to `out`."""
+        cost = sum(len(items[i]) for i in live)
+        groups = await _prepare(lambda: [prepare(i) for i in live], cost)
+        results = await self._run(handle, groups)
+        found = await _decode([None if isinstance(res, BaseException) else functools.partial(decode, i, g, res)
+                               for i, g, res in zip(live, groups, results)], cost)
+        done = []
+        for i, g, res, value in zip(live, groups, results, found):
+            if isinstance(res, BaseException) or isinstance(value, InferdError):
+                self._fail(out, i, res if isinstance(res, BaseException) else value)
+                continue
+            result.prompt_tokens += sum(p.tokens for p in g)
+            done.append((i, value))
+        return done
+
     async def _run(self, handle: EncoderHandle[Any], groups: list[list[Any]]) -> list[list[Any] | BaseException]:
         """Run every group's pieces through the model's batcher in ONE submission; a group
         whose piece failed gets that piece's exception."""
@@ -260,38 +281,19 @@ class ExtractionService:
                         result) -> None:
         rt = handle.encoder
         labels = rt.match_labels(schema.entities)  # a label a fixed-label model lacks: 400, named
-        live = self._live(ok, out)
-        groups = await _prepare(lambda: [rt.prepare_entities(items[i], labels, options) for i in live],
-                                sum(len(items[i]) for i in live))
-        results = await self._run(handle, groups)
-        # Decoding (the span search) of long texts runs on a worker thread, as tokenizing does.
-        found = await _decode([None if isinstance(res, BaseException) else
-                               functools.partial(rt.entities, items[i], labels, options, g, res)
-                               for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
-        for i, g, res, ents in zip(live, groups, results, found):
-            if isinstance(res, BaseException) or isinstance(ents, InferdError):
-                self._fail(out, i, res if isinstance(res, BaseException) else ents)
-                continue
-            result.prompt_tokens += sum(p.tokens for p in g)
+        for i, ents in await self._encode_decode(
+                handle, items, self._live(ok, out), out, result,
+                lambda i: rt.prepare_entities(items[i], labels, options),
+                lambda i, g, res: rt.entities(items[i], labels, options, g, res)):
             out[i].entities = ents
 
     async def _relations(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
                          result) -> None:
         rt = handle.encoder
-        live = self._live(ok, out)
-        groups = await _prepare(
-            lambda: [rt.prepare_relations(items[i], out[i].entities, schema.relations, options) for i in live],
-            sum(len(items[i]) for i in live))
-        results = await self._run(handle, groups)
-        found = await _decode([None if isinstance(res, BaseException) else
-                               functools.partial(rt.relations, items[i], out[i].entities, schema.relations, options,
-                                                 g, res)
-                               for i, g, res in zip(live, groups, results)], sum(len(items[i]) for i in live))
-        for i, g, res, rels in zip(live, groups, results, found):
-            if isinstance(res, BaseException) or isinstance(rels, InferdError):
-                self._fail(out, i, res if isinstance(res, BaseException) else rels)
-                continue
-            result.prompt_tokens += sum(p.tokens for p in g)
+        for i, rels in await self._encode_decode(
+                handle, items, self._live(ok, out), out, result,
+                lambda i: rt.prepare_relations(items[i], out[i].entities, schema.relations, options),
+                lambda i, g, res: rt.relations(items[i], out[i].entities, schema.relations, options, g, res)):
             out[i].relations = rels
 
     async def _classify(self, handle: EncoderHandle[ClassifierRuntime], items, ok, out, schema, options,
