@@ -82,24 +82,16 @@ class EncoderService:
             async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as handle:
                 load_seconds = time.perf_counter() - t0
                 rt: EmbedderRuntime = handle.encoder
-                if dimensions is not None:
-                    if rt.sparse:
-                        raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
-                    if dimensions > rt.dims:
-                        raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {rt.dims}",
-                                           "dimensions")
+                if dimensions is not None and rt.sparse:
+                    raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
+                check_dimensions(dimensions, rt.dims)
                 rt.prefix(task)  # an unknown task_type is the whole request's error
                 chars = sum(len(x) for x in inputs if not isinstance(x, InferdError))
                 if chars <= _INLINE_CHARS:  # a thread hop costs more than this
                     prepared = _prepare(rt, inputs, task, truncate)
                 else:
                     prepared = await asyncio.to_thread(_prepare, rt, inputs, task, truncate)
-                if not per_item:
-                    for x in prepared:
-                        if isinstance(x, InferdError):
-                            raise x
-                ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
-                outs = await handle.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
+                ok, outs = await submit_prepared(handle, prepared, per_item)
         items: list[Any] = list(prepared)
         cut = [i for i in ok if getattr(prepared[i], "truncated", False)]
         tokens = 0
@@ -142,6 +134,24 @@ class EncoderService:
             probs = await handle.batcher.submit([w.enc for w in windows], [len(w.enc) for w in windows])
         ends = [w.offsets[j][1] for w, p in zip(windows, probs) for j in np.flatnonzero(p > threshold)]
         return await asyncio.to_thread(chunks_from_boundaries, text, ends, cfg)
+
+
+def check_dimensions(dimensions: int | None, dims: int) -> None:
+    if dimensions is not None and dimensions > dims:
+        raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {dims}", "dimensions")
+
+
+async def submit_prepared(handle: EncoderHandle[Any], prepared: list[Any], per_item: bool
+                          ) -> tuple[list[int], list[Any]]:
+    """The prepared inputs that are not errors, through the model's batcher in one submission:
+    (their indexes, their outputs, a failed one's being its exception). Without per_item, the
+    first input that failed to prepare is the whole request's error."""
+    if not per_item:
+        for x in prepared:
+            if isinstance(x, InferdError):
+                raise x
+    ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
+    return ok, await handle.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
 
 
 def _prepare(rt: EmbedderRuntime, inputs: Sequence[EmbedInput], task: str | None, truncate: bool) -> list[Any]:

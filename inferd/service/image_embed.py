@@ -23,7 +23,8 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.core import Catalog
-from inferd.service.encoders import EmbedInput, EmbedResult, EncoderService, RerankResult
+from inferd.service.encoders import (EmbedInput, EmbedResult, EncoderService, RerankResult, check_dimensions,
+                                     submit_prepared)
 from inferd.service.handles import EncoderHandle, ImageEmbedderRuntime
 from inferd.service.input_limits import check_input_count
 
@@ -61,17 +62,10 @@ class ImageEmbeddingService:
                     h: EncoderHandle[ImageEmbedderRuntime] = handle
                     rt = h.encoder
                     load_seconds = time.perf_counter() - t0
-                    if dimensions is not None and dimensions > rt.dims:
-                        raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {rt.dims}",
-                                           "dimensions")
+                    check_dimensions(dimensions, rt.dims)
                     rt.prefix(task)  # an unknown task_type is the whole request's error
                     prepared = await asyncio.to_thread(_prepare, rt, out, task, truncate)
-                    if not per_item:
-                        for x in prepared:
-                            if isinstance(x, InferdError):
-                                raise x
-                    ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
-                    vecs = await h.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
+                    ok, vecs = await submit_prepared(h, prepared, per_item)
                     dims = rt.dims
         tokens = 0
         for i, v in zip(ok, vecs):
