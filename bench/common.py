@@ -1,8 +1,12 @@
-"""What the benchmarks share: waiting for a server they started to answer /health."""
+"""What the benchmarks share: a free loopback port, waiting for a server they started to
+answer /health, and an `inferd serve` subprocess."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+import sys
 import time
 
 import httpx
@@ -20,3 +24,33 @@ def wait_healthy(url: str, proc: subprocess.Popen, name: str = "inferd", timeout
         if time.time() > deadline or proc.poll() is not None:
             raise RuntimeError(f"{name} did not start")
         time.sleep(0.2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class InferdServer:
+    """`inferd serve` on a free loopback port, `--threads` N, warnings only, serving the
+    built-in models (unless `builtins=False`) and those of `models_dir` (none by default);
+    `src`: another inferd source tree (say `git archive main`) for before/after runs."""
+
+    def __init__(self, threads: int, *extra: str, models_dir: str | os.PathLike | None = None,
+                 builtins: bool = True, src: str | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "INFERD_MODELS_DIR": str(models_dir or "/nonexistent"), "INFERD_ML_DIR": "/nonexistent"}
+        if src:
+            env["PYTHONPATH"] = src
+        argv = [sys.executable, "-m", "inferd", "serve", "--port", str(self.port), "--threads", str(threads),
+                "--log-level", "warning", *extra]
+        if not builtins:
+            argv.append("--no-builtins")
+        self.proc = subprocess.Popen(argv, env=env)
+        wait_healthy(self.url, self.proc)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)

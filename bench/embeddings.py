@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
+from common import InferdServer, free_port, wait_healthy  # noqa: E402  (bench/ is the script folder)
 
 MODEL = "all-MiniLM-L6-v2"
 WORDS = ("the a server model vector query answer document local fast small large rain cloud river city "
@@ -86,28 +86,10 @@ def raw_onnxruntime(texts: list[str], batch: int, threads: int, seconds: float, 
 
 
 # ---- inferd over HTTP ----------------------------------------------------------------------------
-class Server:
+class Server(InferdServer):
     def __init__(self, threads: int, *extra: str, src: str | None = None):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
-        if src:  # another inferd source tree (say `git archive main`), for before/after runs
-            env["PYTHONPATH"] = src
-        self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
-                                      "--threads", str(threads), "--log-level", "warning", *extra], env=env)
-        wait_healthy(self.url, self.proc)
+        super().__init__(threads, *extra, src=src)
         httpx.post(self.url + "/v1/embeddings", json={"model": MODEL, "input": "warm up"}, timeout=60)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_full_batches(url: str, texts: list[str], batch: int, seconds: float, fmt: str) -> float:
@@ -194,7 +176,7 @@ class Infinity:
     from its own venv (`--infinity /path/to/infinity_emb`)."""
 
     def __init__(self, binary: str, threads: int):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads),
                "INFINITY_ANONYMOUS_USAGE_STATS": "0"}

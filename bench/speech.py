@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
-from common import wait_healthy  # noqa: E402  (bench/ is the script folder)
+from common import InferdServer  # noqa: E402  (bench/ is the script folder)
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIPS = sorted((ROOT / "tests" / "fixtures" / "speech" / "clips").glob("*.wav")) + \
@@ -51,18 +49,9 @@ def in_process(threads: int, rounds: int) -> tuple[float, float]:
     return audio_s / (time.perf_counter() - t0), audio_s
 
 
-class Server:
+class Server(InferdServer):
     def __init__(self, threads: int):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "inferd", "serve", "--port", str(self.port),
-                                      "--threads", str(threads), "--log-level", "warning"], env=env)
-        wait_healthy(self.url, self.proc)
+        super().__init__(threads)
         self.transcribe(CLIPS[0].read_bytes())  # load and warm up
 
     def transcribe(self, raw: bytes, client: httpx.Client | None = None) -> float:
@@ -71,10 +60,6 @@ class Server:
                    timeout=300)
         r.raise_for_status()
         return float(r.json()["duration"])
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(20)
 
 
 def over_http(srv: Server, rounds: int, clients: int) -> float:
