@@ -452,6 +452,7 @@ class GenerationEngine:
         slot = self.slots[job.slot]
         draft, base, p0 = toks[1:], row - (len(toks) - 1), len(slot.cache)
         sampled: list[int] = []
+        accepted = 0  # the samples that equal the draft (an end-of-generation token is no cell to keep)
         failed: InferdError | None = None  # the job's own dead end, after the tokens before it
         for j in range(len(draft) + 1):
             try:
@@ -462,9 +463,6 @@ class GenerationEngine:
             sampled.append(tok)
             if j == len(draft) or tok != draft[j] or self.backend.is_eog(tok):
                 break
-        accepted = 0  # the leading samples that equal the draft (an end-of-generation token is no cell to keep)
-        while accepted < min(len(sampled), len(draft)) and sampled[accepted] == draft[accepted] \
-                and not self.backend.is_eog(sampled[accepted]):
             accepted += 1
         slot.cache.append(toks[0])
         slot.cache.extend(draft[:accepted])
