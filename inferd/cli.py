@@ -112,6 +112,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         from inferd.cluster.cli import serve_on_ray
 
         return serve_on_ray(ns.ray, ns.cluster_config, settings)
+    from inferd.doctor import summary_lines
+
+    for line in summary_lines(settings):  # the machine half of `inferd doctor`: CPU, builds, memory, disk
+        log.info("  %s", line)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -174,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the models the server would serve")
     _add_settings_flags(models)
     models.set_defaults(func=cmd_models)
+    from inferd.doctor import register as doctor  # light: imports runtimes only when run
+
+    doctor(sub, _add_settings_flags, _settings)
     for register in _extra_commands():
         register(sub)
     return parser

@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Forbidden, InferdError, InferenceFailed,
+from inferd.errors import (Cancelled, CapabilityMissing, CpuUnsupported, ContextOverflow, Forbidden, InferdError, InferenceFailed,
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized,
@@ -37,6 +37,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
+    CpuUnsupported: (501, "not_implemented_error", "CPU_UNSUPPORTED"),
     UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),
     Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     ModelUnloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec, model_ggufs
+from inferd.runtimes.llama_cpp import selfcheck
 from inferd.runtimes.llama_cpp.grammar_vocab import GrammarVocabView
 from inferd.runtimes.llama_cpp.context import KV_BYTES, KV_TYPES, ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
@@ -52,7 +53,10 @@ class LlamaGenerator:
             raise ModelLoadFailed(f"model '{spec.name}': cache_dtype {cache_dtype!r} is not one of "
                                   f"{', '.join(KV_TYPES)}")
         self.cache_dtype = cache_dtype
-        self.model = LlamaModel(resolve_gguf(spec), n_gpu_layers)
+        weights = resolve_gguf(spec)
+        # Before this process touches the weights: a type whose kernels die here is refused (selfcheck.py).
+        self.quant_type = selfcheck.require(weights, n_threads or os.cpu_count() or 1, spec.name)
+        self.model = LlamaModel(weights, n_gpu_layers)
         try:
             asked = n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length")
             want = int(asked or DEFAULT_CTX)
