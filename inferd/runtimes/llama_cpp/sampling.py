@@ -2,7 +2,8 @@
 
 The chain runs in C on the logits row llama_decode left for the sequence, so sampling
 costs no Python per vocabulary entry. Order (as llama.cpp's own server does): logit bias,
-repetition penalties, then greedy, or top-k, top-p, min-p, temperature and a seeded draw.
+repetition penalties, then greedy, or top-k, typical-p, top-p, min-p, temperature and a seeded
+draw; `samplers` reorders (or leaves out) the stages between logit bias and the draw.
 
 A grammar is a separate sampler, used the way llama.cpp's common sampler uses it: masking a
 262k-token vocabulary with a grammar costs tens of milliseconds, so the chain first picks
@@ -31,6 +32,10 @@ from inferd.runtimes.llama_cpp.model import LlamaModel
 from inferd.types import SamplingParams, TokenLogprob
 
 MAX_TOP_LOGPROBS = 20
+# The stages SamplingParams.samplers may order (llama-server's names); DEFAULT_ORDER is
+# llama.cpp's own order of them. A stage whose setting is off adds nothing to the chain.
+SAMPLER_NAMES = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+DEFAULT_ORDER = SAMPLER_NAMES
 MAX_UTF8_RETRIES = 64  # tokens refused for breaking UTF-8 before the grammar's pick is kept anyway
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(L.llama_token_data)
@@ -73,6 +78,11 @@ class Sampler:
             raise InvalidInput("top_k must be >= 0", "top_k")
         if not (0.0 <= p.min_p <= 1.0):
             raise InvalidInput("min_p must be in [0, 1]", "min_p")
+        if not (0.0 < p.typical_p <= 1.0):
+            raise InvalidInput("typical_p must be in (0, 1]", "typical_p")
+        unknown = [n for n in p.samplers or () if n not in SAMPLER_NAMES]
+        if unknown:
+            raise InvalidInput(f"unknown sampler {unknown[0]!r}: one of {', '.join(SAMPLER_NAMES)}", "samplers")
         if p.repetition_penalty <= 0:
             raise InvalidInput("repetition_penalty must be > 0", "repetition_penalty")
         if not (0 <= p.top_logprobs <= MAX_TOP_LOGPROBS):
@@ -99,19 +109,28 @@ class Sampler:
                 arr[i].token = L.llama_token(tok)
                 arr[i].bias = b
             self._add(L.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
-        if p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
-            self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,
-                                                     p.frequency_penalty, p.presence_penalty))
-        if p.greedy:
+        order = DEFAULT_ORDER if p.samplers is None else p.samplers
+        penalties = p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty
+        if p.greedy:  # the cuts cannot change the most likely token: only the penalties matter
+            for _ in range(order.count("penalties") if penalties else 0):
+                self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,
+                                                         p.frequency_penalty, p.presence_penalty))
             self._add(L.llama_sampler_init_greedy())
             return
-        if p.top_k > 0:
-            self._add(L.llama_sampler_init_top_k(p.top_k))
-        if p.top_p < 1.0:
-            self._add(L.llama_sampler_init_top_p(p.top_p, 1))
-        if p.min_p > 0.0:
-            self._add(L.llama_sampler_init_min_p(p.min_p, 1))
-        self._add(L.llama_sampler_init_temp(p.temperature))
+        for name in order:  # a stage named twice runs twice, as in llama.cpp
+            if name == "penalties" and penalties:
+                self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,
+                                                         p.frequency_penalty, p.presence_penalty))
+            elif name == "top_k" and p.top_k > 0:
+                self._add(L.llama_sampler_init_top_k(p.top_k))
+            elif name == "typ_p" and p.typical_p < 1.0:
+                self._add(L.llama_sampler_init_typical(p.typical_p, 1))
+            elif name == "top_p" and p.top_p < 1.0:
+                self._add(L.llama_sampler_init_top_p(p.top_p, 1))
+            elif name == "min_p" and p.min_p > 0.0:
+                self._add(L.llama_sampler_init_min_p(p.min_p, 1))
+            elif name == "temperature":
+                self._add(L.llama_sampler_init_temp(p.temperature))
         seed = L.LLAMA_DEFAULT_SEED if p.seed is None else p.seed & 0xFFFFFFFF
         self._add(L.llama_sampler_init_dist(seed))
 
