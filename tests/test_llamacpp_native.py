@@ -256,6 +256,48 @@ def test_stream_event_order(http):
     assert "".join(e["content"] for e in events) == text[:text.index(word)]
 
 
+def test_stream_several_prompts_interleave_by_index(http):
+    body = {"prompt": ["hello", "world", [5, 6, 7]], "n_predict": 4, "temperature": 0, "n_cmpl": 1}
+    events, _ = sse(http, "/completion", {**body, "stream": True})
+    whole = http.post("/completion", json=body).json()
+    for i, res in enumerate(whole):
+        mine = [e for e in events if e["index"] == i]
+        assert mine[-1]["stop"] is True and mine[-1]["stop_type"] == "limit" and sum(not e["stop"] for e in mine) == 4
+        assert "".join(e["content"] for e in mine) == res["content"]
+        assert mine[-1]["tokens_evaluated"] == res["tokens_evaluated"]
+
+
+def test_disconnect_cancels_and_pinned_slots_wait(srv, http):
+    handle = srv.service.registry.loaded["tiny"].model
+    real = handle.backend.decode
+
+    def slow(entries):
+        time.sleep(0.05)
+        return real(entries)
+
+    handle.backend.decode = slow
+    try:
+        with http.stream("POST", "/completion", json={"prompt": "hello", "n_predict": 200, "stream": True,
+                                                       "ignore_eos": True}) as r:
+            for i, _line in enumerate(r.iter_lines()):
+                if i >= 4:
+                    break  # the client goes away mid-stream
+        deadline = time.time() + 10
+        while any(s["is_processing"] for s in http.get("/slots").json()):
+            assert time.time() < deadline, "the sequence kept running for a client that left"
+            time.sleep(0.05)
+        m, _ = _metrics(http)
+        assert m["llamacpp:requests_processing"] == 0
+        # two requests pinned to one slot: the second waits for it, both run there
+        import concurrent.futures as cf
+        with cf.ThreadPoolExecutor(2) as ex:
+            futs = [ex.submit(complete, http, prompt=f"pin {i}", n_predict=3, temperature=0, id_slot=1)
+                    for i in range(2)]
+            assert [f.result()["id_slot"] for f in futs] == [1, 1]
+    finally:
+        handle.backend.__dict__.pop("decode", None)
+
+
 @pytest.mark.parametrize("body, param", [
     ({"prompt": "x", "top_p": 2}, "top_p"),
     ({"prompt": "x", "temperature": "hot"}, "temperature"),
@@ -279,7 +321,6 @@ def test_stream_event_order(http):
     ({"prompt": [1.5]}, "prompt"),
     ({"prompt": [[1, 2], [None]]}, "prompt"),
     ({"prompt": [{"prompt_string": "x", "multimodal_data": ["AAAA"]}]}, "multimodal_data"),
-    ({"prompt": ["a", "b"], "stream": True}, "stream"),
     ({"prompt": [999999]}, "prompt"),
 ])
 def test_bad_values_are_400_in_llama_server_envelope(http, body, param):

@@ -15,6 +15,7 @@ as its tools/server README documents it, in three sections:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -386,15 +387,15 @@ def results(run: Run, g: Generation, base: int) -> list[dict[str, Any]]:
             for c in [g, *g.choices]]
 
 
-async def frames(run: Run, stream: GenerationStream) -> AsyncIterator[dict[str, Any]]:
+async def frames(run: Run, stream: GenerationStream, base: int = 0) -> AsyncIterator[dict[str, Any]]:
     """SSE frames: one per token (`content`, `tokens`, `stop`: false), then, per choice, the
     final object (`content` empty: it was streamed) with timings and stop_type."""
     body = run.body
     want_lp = body.n_probs > 0
     async for d in stream:
         if d.text or d.tokens:
-            frame: dict[str, Any] = {"index": d.index, "content": d.text, "tokens": list(d.tokens), "stop": False,
-                                     "id_slot": run.id_slot}
+            frame: dict[str, Any] = {"index": base + d.index, "content": d.text, "tokens": list(d.tokens),
+                                     "stop": False, "id_slot": run.id_slot}
             if d.usage is not None:
                 frame["tokens_predicted"] = d.usage.completion_tokens
                 frame["tokens_evaluated"] = d.usage.prompt_tokens
@@ -404,8 +405,39 @@ async def frames(run: Run, stream: GenerationStream) -> AsyncIterator[dict[str, 
                 frame["completion_probabilities"] = probabilities(d.logprobs)
             yield select(frame, body.response_fields)
         if d.finish_reason is not None:
-            fin = run.final(d.index, "", [], d.usage or Usage(), d.finish_reason, d.stop_word, None)
-            yield fin
+            yield run.final(base + d.index, "", [], d.usage or Usage(), d.finish_reason, d.stop_word, None)
+
+
+async def merged(opened: list[tuple[Run, GenerationStream]], n_cmpl: int) -> AsyncIterator[dict[str, Any]]:
+    """Several prompts streamed at once: their frames as they come, told apart by `index`."""
+    if len(opened) == 1:
+        async for f in frames(*opened[0]):
+            yield f
+        return
+    queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+
+    async def pump(run: Run, stream: GenerationStream, base: int) -> None:
+        try:
+            async for f in frames(run, stream, base):
+                queue.put_nowait(f)
+            queue.put_nowait(None)
+        except Exception as e:  # the stream's failure ends the whole response, as an error frame
+            queue.put_nowait(e)
+
+    tasks = [asyncio.create_task(pump(r, st, i * n_cmpl)) for i, (r, st) in enumerate(opened)]
+    try:
+        open_ = len(tasks)
+        while open_:
+            item = await queue.get()
+            if item is None:
+                open_ -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 # ---- routes -----------------------------------------------------------------------------------
@@ -413,9 +445,9 @@ router = APIRouter()
 
 
 async def _open(svc: InferenceService, body: CompletionBody, piece: Piece,
-                bias: dict[int, float]) -> tuple[GenerateRequest, GenerationStream, str]:
+                bias: dict[int, float], admit: bool = True) -> tuple[GenerateRequest, GenerationStream, str]:
     req = generate_request(body, await tokens_of(svc, body.model, piece), bias)
-    stream = await svc.open_generation(req)
+    stream = await svc.open_generation(req, admit)
     try:
         _, text = await svc.detokenize(stream.model, stream.prompt_tokens)
     except BaseException:
@@ -444,14 +476,32 @@ async def completion(body: CompletionBody, request: Request, svc: InferenceServi
     prompts = split_prompts(body.prompt)
     bias = await logit_bias(svc, body.model, body.logit_bias)
     if body.stream:
-        if len(prompts) > 1:
-            raise InvalidInput("stream: one prompt per streamed request (send several prompts without stream)",
-                               "stream")
-        req, stream, text = await cancel_on_disconnect(request, _open(svc, body, prompts[0], bias))
-        return sse_response(frames(Run(body, req, stream, text), stream), stream.aclose, "llamacpp", done=False)
+        stack = contextlib.AsyncExitStack()
+        try:
+            opened = await cancel_on_disconnect(request, _open_all(svc, body, prompts, bias, stack))
+        except BaseException:
+            await stack.aclose()
+            raise
+        return sse_response(merged(opened, body.n_cmpl), stack.aclose, "llamacpp", done=False)
     n = body.n_cmpl
     out = [r for rs in await cancel_on_disconnect(request, _all(svc, body, prompts, bias)) for r in rs]
     return out[0] if len(prompts) == 1 and n == 1 else out
+
+
+async def _open_all(svc: InferenceService, body: CompletionBody, prompts: list[Piece], bias: dict[int, float],
+                    stack: contextlib.AsyncExitStack) -> list[tuple[Run, GenerationStream]]:
+    """Open every prompt's generation (every request error before the first byte). Several
+    prompts take one admission grant for all of them, held (in `stack`) until the response
+    ends: one slot each, taken one by one, could wait for slots this same response holds."""
+    several = len(prompts) > 1
+    if several:
+        await stack.enter_async_context(svc.admission.slot(weight=len(prompts)))
+    opened: list[tuple[Run, GenerationStream]] = []
+    for p in prompts:
+        req, stream, text = await _open(svc, body, p, bias, admit=not several)
+        stack.push_async_callback(stream.aclose)
+        opened.append((Run(body, req, stream, text), stream))
+    return opened
 
 
 async def _all(svc: InferenceService, body: CompletionBody, prompts: list[Piece],
