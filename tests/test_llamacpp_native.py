@@ -159,6 +159,8 @@ def test_stop_types_word_eos_and_limit(http, vocab):
     full = complete(http, prompt="hello world", temperature=0, ignore_eos=True)
     assert full["stop_type"] == "limit" and full["truncated"] is True
     assert full["tokens_evaluated"] + full["tokens_predicted"] == full["generation_settings"]["n_ctx"]
+    past = complete(http, prompt="hello world", n_predict=5000, temperature=0, ignore_eos=True, stop=None)
+    assert past["truncated"] is True and past["tokens_predicted"] == full["tokens_predicted"]  # cut, not a 400
 
 
 def test_logit_bias_both_forms(http, vocab):

@@ -54,7 +54,7 @@ class CompletionBody(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int = Field(-1, ge=-1, le=0xFFFFFFFF)
-    stop: list[str] | str = []
+    stop: list[str] | str | None = None
     ignore_eos: bool = False
     n_probs: int = Field(0, ge=0, le=MAX_N_PROBS)
     logit_bias: list[list[Any]] | dict[str, Any] | None = None
@@ -280,7 +280,7 @@ def sampling(body: CompletionBody, bias: dict[int, float]) -> SamplingParams:
 
 
 def stops(body: CompletionBody) -> list[str]:
-    raw = [body.stop] if isinstance(body.stop, str) else body.stop
+    raw = [body.stop] if isinstance(body.stop, str) else body.stop or []
     return [s for s in raw if s]
 
 
@@ -289,6 +289,8 @@ def generate_request(body: CompletionBody, prompt: str | list[int], bias: dict[i
     return GenerateRequest(
         model=body.model or "", prompt=prompt, max_tokens=n_predict(body), stop=stops(body),
         sampling=sampling(body, bias), stream=body.stream, chat=chat, n=body.n_cmpl,
+        # n_predict past the context ends at the context (truncated), as in llama-server, not a 400
+        clamp_to_context=True,
         engine=EngineControls(prompt_cache=body.cache_prompt, slot=None if body.id_slot < 0 else body.id_slot))
 
 
