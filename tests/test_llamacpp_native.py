@@ -371,9 +371,11 @@ def test_health_slots_shapes(http):
     assert http.get("/health").json() == {"status": "ok"}
     complete(http, prompt="hi", n_predict=1, temperature=0)  # the model is loaded
     deadline = time.time() + 10  # the worker frees the slot just after the last delta went out
-    while any(s["is_processing"] for s in (slots := http.get("/slots").json())):
+    slots = http.get("/slots").json()
+    while any(s["is_processing"] for s in slots):
         assert time.time() < deadline
         time.sleep(0.02)
+        slots = http.get("/slots").json()
     assert [s["id"] for s in slots] == [0, 1, 2, 3]
     for s in slots:
         assert {"id", "id_task", "n_ctx", "speculative", "is_processing", "params", "next_token"} <= set(s)
