@@ -270,6 +270,7 @@ def test_stream_several_prompts_interleave_by_index(http):
 
 
 def test_disconnect_cancels_and_pinned_slots_wait(srv, http):
+    complete(http, prompt="load", n_predict=1)
     handle = srv.service.registry.loaded["tiny"].model
     real = handle.backend.decode
 
