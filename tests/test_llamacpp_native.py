@@ -325,6 +325,8 @@ def test_disconnect_cancels_and_pinned_slots_wait(srv, http):
     ({"prompt": [[1, 2], [None]]}, "prompt"),
     ({"prompt": [{"prompt_string": "x", "multimodal_data": ["AAAA"]}]}, "multimodal_data"),
     ({"prompt": [999999]}, "prompt"),
+    ({"prompt": [1, *["a"] * 1025]}, "prompt"),
+    ({"prompt": "x", "logit_bias": [[1, 0.5]] * 1025}, "logit_bias"),
 ])
 def test_bad_values_are_400_in_llama_server_envelope(http, body, param):
     err = assert_llama_error(http.post("/completion", json=body), 400)

@@ -33,6 +33,7 @@ from inferd.types import ChatOptions, EngineControls, GenerateRequest, Generatio
 
 MAX_PROMPTS = 64        # prompts in one request (each is a sequence on the engine)
 MAX_N_PROBS = 20        # the engine's top-logprobs bound
+MAX_TEXTS = 1024        # strings to tokenize in one mixed prompt, and logit_bias entries: each is a tokenize call
 
 
 # ---- wire request -----------------------------------------------------------------------------
@@ -192,6 +193,8 @@ def split_prompts(prompt: Any) -> list[Piece]:
 def _mixed(items: list[Any], where: str) -> list[int | str]:
     if not items:
         raise InvalidInput(f"{where} is an empty list", where)
+    if sum(isinstance(x, str) for x in items) > MAX_TEXTS:
+        raise InvalidInput(f"{where}: at most {MAX_TEXTS} strings in one prompt list", where)
     for x in items:
         if not (_is_int(x) or isinstance(x, str)):
             raise InvalidInput(f"{where}: a prompt list holds token ids and strings only, not {type(x).__name__}",
@@ -233,6 +236,8 @@ async def logit_bias(svc: InferenceService, model: str | None,
     each get the bias; false bans the token (-inf). Later entries win."""
     if not raw:
         return {}
+    if len(raw) > MAX_TEXTS:
+        raise InvalidInput(f"logit_bias: at most {MAX_TEXTS} entries", "logit_bias")
     pairs: list[tuple[Any, Any]] = []
     if isinstance(raw, dict):
         pairs = [(int(k) if k.lstrip("-").isdigit() else k, v) for k, v in raw.items()]
