@@ -201,6 +201,8 @@ def test_sampling_fields_seed_samplers_typical_p(http):
     t1 = complete(http, **hot, typical_p=1e-6, seed=1)
     t2 = complete(http, **hot, typical_p=1e-6, seed=2)
     assert t1["content"] == t2["content"] and t1["generation_settings"]["typical_p"] == 1e-6
+    # greedy runs the chain too: temperature 0 after the typical cut picks its one token
+    assert complete(http, **{**hot, "temperature": 0}, typical_p=1e-6)["content"] == t1["content"]
     # penalties: a strong repeat_penalty over the window changes the greedy text (the tiny model repeats)
     pen = complete(http, prompt="hello world", n_predict=12, temperature=0, repeat_penalty=5.0, repeat_last_n=64,
                    return_tokens=True)
