@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 
 
+# The sampler stages SamplingParams.samplers may order (llama-server's names), in llama.cpp's
+# default order. A stage whose setting is off adds nothing to the chain.
+SAMPLER_STAGES = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+
+
 @dataclass
 class SamplingParams:
     """Per-request sampling. temperature <= 0 is greedy. Penalties look at the tokens
@@ -38,8 +43,8 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
-    # The order of the chain after logit bias (llama-server's `samplers`): names from
-    # runtimes' SAMPLER_NAMES; one left out is not used. None: the default order.
+    # The order of the chain after logit bias (llama-server's `samplers`): SAMPLER_STAGES
+    # names; one left out is not used. None: SAMPLER_STAGES' order.
     samplers: tuple[str, ...] | None = None
 
     @property

@@ -19,7 +19,7 @@ from inferd.observability.drain import Drain
 from inferd.observability.llamacpp import render_llamacpp
 from inferd.observability.prom import LATENCY_BUCKETS, Family, Histogram, render
 from inferd.observability.stats import EncStats, GenStats
-from inferd.types import SamplingParams
+from inferd.types import SAMPLER_STAGES, SamplingParams
 
 if TYPE_CHECKING:
     from inferd.observability.tracing import Tracer
@@ -54,8 +54,7 @@ def slot_params(job: Any) -> dict[str, Any]:
             "presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
             "stop": list(job.stop) if job is not None else [], "ignore_eos": p.ignore_eos,
             "stream": bool(job.stream) if job is not None else False, "n_probs": p.top_logprobs if p.logprobs else 0,
-            "samplers": list(p.samplers) if p.samplers is not None else
-            ["penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"], "lora": []}
+            "samplers": list(p.samplers if p.samplers is not None else SAMPLER_STAGES), "lora": []}
 
 
 class Observer:

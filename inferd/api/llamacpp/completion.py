@@ -29,7 +29,8 @@ from inferd.api.streaming import cancel_on_disconnect, sse_response
 from inferd.errors import InvalidInput
 from inferd.service import InferenceService
 from inferd.service.generation import GenerationStream, collect
-from inferd.types import ChatOptions, EngineControls, GenerateRequest, Generation, SamplingParams, TokenLogprob, Usage
+from inferd.types import (SAMPLER_STAGES, ChatOptions, EngineControls, GenerateRequest, Generation, SamplingParams,
+                          TokenLogprob, Usage)
 
 MAX_PROMPTS = 64        # prompts in one request (each is a sequence on the engine)
 MAX_N_PROBS = 20        # the engine's top-logprobs bound
@@ -329,13 +330,10 @@ def settings(body: CompletionBody, req: GenerateRequest, model: str, n_ctx: int 
             "xtc_probability": 0.0, "dynatemp_range": 0.0, "top_n_sigma": -1.0, "stop": list(req.stop),
             "max_tokens": -1 if req.max_tokens is None else req.max_tokens, "n_keep": body.n_keep,
             "ignore_eos": s.ignore_eos, "stream": req.stream, "n_probs": s.top_logprobs, "min_keep": 0,
-            "grammar": s.grammar or "", "samplers": list(s.samplers if s.samplers is not None else _DEFAULT_ORDER),
+            "grammar": s.grammar or "", "samplers": list(s.samplers if s.samplers is not None else SAMPLER_STAGES),
             "logit_bias": [[t, b if math.isfinite(b) else False] for t, b in s.logit_bias.items()],
             "cache_prompt": req.engine.prompt_cache, "id_slot": body.id_slot, "n_cmpl": req.n,
             "timings_per_token": body.timings_per_token, "post_sampling_probs": False, "lora": []}
-
-
-_DEFAULT_ORDER = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")  # the runtime's DEFAULT_ORDER
 
 
 def select(obj: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:

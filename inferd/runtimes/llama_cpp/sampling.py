@@ -31,13 +31,9 @@ import numpy as np
 
 from inferd.errors import InvalidInput
 from inferd.runtimes.llama_cpp.model import LlamaModel
-from inferd.types import SamplingParams, TokenLogprob
+from inferd.types import SAMPLER_STAGES, SamplingParams, TokenLogprob
 
 MAX_TOP_LOGPROBS = 20
-# The stages SamplingParams.samplers may order (llama-server's names); DEFAULT_ORDER is
-# llama.cpp's own order of them. A stage whose setting is off adds nothing to the chain.
-SAMPLER_NAMES = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
-DEFAULT_ORDER = SAMPLER_NAMES
 MAX_UTF8_RETRIES = 64  # tokens refused for breaking UTF-8 before the grammar's pick is kept anyway
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(L.llama_token_data)
@@ -96,9 +92,9 @@ class Sampler:
             raise InvalidInput("min_p must be in [0, 1]", "min_p")
         if not (0.0 < p.typical_p <= 1.0):
             raise InvalidInput("typical_p must be in (0, 1]", "typical_p")
-        unknown = [n for n in p.samplers or () if n not in SAMPLER_NAMES]
+        unknown = [n for n in p.samplers or () if n not in SAMPLER_STAGES]
         if unknown:
-            raise InvalidInput(f"unknown sampler {unknown[0]!r}: one of {', '.join(SAMPLER_NAMES)}", "samplers")
+            raise InvalidInput(f"unknown sampler {unknown[0]!r}: one of {', '.join(SAMPLER_STAGES)}", "samplers")
         if p.repetition_penalty <= 0:
             raise InvalidInput("repetition_penalty must be > 0", "repetition_penalty")
         if not (0 <= p.top_logprobs <= MAX_TOP_LOGPROBS):
@@ -125,7 +121,7 @@ class Sampler:
                 arr[i].token = L.llama_token(tok)
                 arr[i].bias = b
             self._add(L.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
-        order = DEFAULT_ORDER if p.samplers is None else p.samplers
+        order = SAMPLER_STAGES if p.samplers is None else p.samplers
         penalties = p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty
         if p.greedy and "temperature" in order:
             order = _greedy_stages(order[:order.index("temperature") + 1], bool(penalties), p.typical_p < 1.0)
