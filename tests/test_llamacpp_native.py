@@ -212,6 +212,16 @@ def test_sampling_fields_seed_samplers_typical_p(http):
     assert complete(http, prompt="hi", n_predict=1, some_future_field={"x": 1}, temperature=0)["stop"] is True
 
 
+def test_speculation_reports_draft_counts_in_timings(http):
+    text = "the cat sat on the mat. " * 6
+    body = {"prompt": text, "n_predict": 24, "temperature": 0, "ignore_eos": True}
+    plain = complete(http, **body, speculation_policy="off")
+    spec = complete(http, **body, draft_model="ngram", speculation_policy="on", **{"speculative.n_max": 4})
+    assert spec["content"] == plain["content"]  # speculation never changes a greedy answer
+    assert spec["timings"]["draft_n"] > 0 and 0 <= spec["timings"]["draft_n_accepted"] <= spec["timings"]["draft_n"]
+    assert "draft_n" not in plain["timings"]
+
+
 def test_grammar_and_json_schema(http):
     g = complete(http, prompt="Answer:", n_predict=8, grammar='root ::= "yes" | "no"', temperature=1.0, seed=5)
     assert g["content"] in ("yes", "no") and g["stop_type"] == "eos"

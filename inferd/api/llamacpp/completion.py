@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,7 +41,7 @@ MAX_TEXTS = 1024        # strings to tokenize in one mixed prompt, and logit_bia
 class CompletionBody(BaseModel):
     """llama-server's /completion options (tools/server README), with its defaults."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, populate_by_name=True)
     model: str | None = None
     prompt: Any = None
     n_predict: int | None = Field(None, ge=-1)
@@ -72,6 +72,10 @@ class CompletionBody(BaseModel):
     stream: bool = False
     timings_per_token: bool = False
     response_fields: list[str] | None = None
+    # speculative decoding: llama-server's draft length, and inferd's engine controls (README)
+    speculative_n_max: int | None = Field(None, alias="speculative.n_max", ge=1, le=16)
+    draft_model: str | None = Field(None, min_length=1, max_length=256)
+    speculation_policy: Literal["auto", "on", "off"] = "auto"
     # Known options inferd has no sampler for: accepted at their "off" value only.
     mirostat: int = 0
     dry_multiplier: float = 0.0
@@ -297,7 +301,9 @@ def generate_request(body: CompletionBody, prompt: str | list[int], bias: dict[i
         sampling=sampling(body, bias), stream=body.stream, chat=chat, n=body.n_cmpl,
         # n_predict past the context ends at the context (truncated), as in llama-server, not a 400
         clamp_to_context=True,
-        engine=EngineControls(prompt_cache=body.cache_prompt, slot=None if body.id_slot < 0 else body.id_slot))
+        engine=EngineControls(prompt_cache=body.cache_prompt, slot=None if body.id_slot < 0 else body.id_slot,
+                              draft_model=body.draft_model, speculative_k=body.speculative_n_max,
+                              speculation_policy=body.speculation_policy))
 
 
 # ---- engine -> wire ---------------------------------------------------------------------------
@@ -369,7 +375,8 @@ class Run:
         return job.slot if job is not None and job.slot is not None else -1
 
     def final(self, index: int, text: str, tokens: list[int], usage: Usage, finish: str | None,
-              stop_word: str | None, lps: list[TokenLogprob] | None) -> dict[str, Any]:
+              stop_word: str | None, lps: list[TokenLogprob] | None, first: bool = True) -> dict[str, Any]:
+        """`first`: the prompt's first choice, whose speculation the stream reports."""
         n_all = usage.prompt_tokens + usage.completion_tokens
         out: dict[str, Any] = {
             "index": index, "content": text, "tokens": tokens if self.body.return_tokens else [],
@@ -381,6 +388,9 @@ class Run:
             "truncated": finish == "length" and self.n_ctx is not None and n_all >= self.n_ctx,
             "stop_type": stop_type(finish, stop_word), "stopping_word": stop_word or "",
             "tokens_cached": usage.cached_prompt_tokens, "timings": llama_timings(usage)}
+        spec = self._stream.speculation.report() if first and self._stream.speculation is not None else None
+        if spec is not None and spec.get("decision") == "enabled":  # llama-server's draft counts
+            out["timings"].update(draft_n=spec["drafted_tokens"], draft_n_accepted=spec["accepted_tokens"])
         if lps is not None:
             out["completion_probabilities"] = probabilities(lps)
         return select(out, self.body.response_fields)
@@ -388,7 +398,8 @@ class Run:
 
 def results(run: Run, g: Generation, base: int) -> list[dict[str, Any]]:
     """One result per choice (n_cmpl) of one prompt, indexed prompt * n_cmpl + choice."""
-    return [run.final(base + c.index, c.text, c.tokens, c.usage, c.finish_reason, c.stop_word, c.logprobs)
+    return [run.final(base + c.index, c.text, c.tokens, c.usage, c.finish_reason, c.stop_word, c.logprobs,
+                      c.index == 0)
             for c in [g, *g.choices]]
 
 
@@ -410,7 +421,8 @@ async def frames(run: Run, stream: GenerationStream, base: int = 0) -> AsyncIter
                 frame["completion_probabilities"] = probabilities(d.logprobs)
             yield select(frame, body.response_fields)
         if d.finish_reason is not None:
-            yield run.final(base + d.index, "", [], d.usage or Usage(), d.finish_reason, d.stop_word, None)
+            yield run.final(base + d.index, "", [], d.usage or Usage(), d.finish_reason, d.stop_word, None,
+                            d.index == 0)
 
 
 async def merged(opened: list[tuple[Run, GenerationStream]], n_cmpl: int) -> AsyncIterator[dict[str, Any]]:
