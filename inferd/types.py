@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 
 
+# The sampler stages SamplingParams.samplers may order (llama-server's names), in llama.cpp's
+# default order. A stage whose setting is off adds nothing to the chain.
+SAMPLER_STAGES = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+
+
 @dataclass
 class SamplingParams:
     """Per-request sampling. temperature <= 0 is greedy. Penalties look at the tokens
@@ -26,6 +31,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0                      # 0: disabled
     min_p: float = 0.0
+    typical_p: float = 1.0              # locally typical sampling; 1.0: disabled
     repetition_penalty: float = 1.0     # 1.0: disabled
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
@@ -37,6 +43,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    # The order of the chain after logit bias (llama-server's `samplers`): SAMPLER_STAGES
+    # names; one left out is not used. None: SAMPLER_STAGES' order.
+    samplers: tuple[str, ...] | None = None
 
     @property
     def greedy(self) -> bool:
@@ -87,6 +96,7 @@ class EngineControls:
     speculative_k: int | None = None
     speculation_policy: Literal["auto", "on", "off"] = "auto"
     speculation_calibration: Literal["none", "online"] = "none"
+    slot: int | None = None                    # run in this slot, waiting for it (llama-server's id_slot)
 
 
 @dataclass
@@ -177,6 +187,7 @@ class Delta:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     index: int = 0                      # which choice (n > 1)
+    stop_word: str | None = None        # the last delta of a sequence a stop string ended
 
 
 @dataclass
@@ -197,6 +208,7 @@ class Generation:
     # {policy, calibration, decision, disabled_reason, drafted_tokens, accepted_tokens}
     speculation: dict[str, Any] | None = None
     index: int = 0
+    stop_word: str | None = None        # the stop string that ended it (finish_reason "stop")
     # n > 1: choices 1..n-1 (each a Generation with its own text, finish_reason, logprobs);
     # `usage` of the first counts the prompt once and the completions of all of them.
     choices: list["Generation"] = field(default_factory=list)

@@ -20,6 +20,7 @@ from inferd.api.antfly import read as antfly_read
 from inferd.api.antfly import routes as antfly_routes
 from inferd.api.antfly import transcribe as antfly_transcribe
 from inferd.api.errors import error_response, family_of
+from inferd.api.llamacpp import completion as llamacpp_completion
 from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext
 from inferd.api.origins import BrowserGuard, OriginPolicy
 from inferd.api.ollama import embed as ollama_embed
@@ -48,6 +49,7 @@ ROUTERS = [openai_embed.router, ollama_embed.router, antfly_embed.router,
 ROUTERS.append(openai_files.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)
+ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

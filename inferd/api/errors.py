@@ -1,8 +1,9 @@
 """THE error table: every domain error -> HTTP status and body, for each API family.
 
 Families: `openai` (also the control routes; GenAIServer/openai-server envelope
-{"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), and `antfly`
-({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?})."""
+{"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), `antfly`
+({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?}), and `llamacpp`
+(llama-server's native routes: {"error": {"code": STATUS, "message", "type"}})."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     InsufficientStorage: (507, "server_error", "INSUFFICIENT_STORAGE"),
 }
 _INTERNAL = (500, "server_error", "INTERNAL_ERROR")
+# llama-server's `type` where it differs from OpenAI's (its server-common error types).
+LLAMACPP_TYPES: dict[type[BaseException], str] = {
+    ContextOverflow: "exceed_context_size_error", NotFound: "not_found_error", ModelNotFound: "not_found_error",
+    NotImplementedYet: "not_supported_error", Overloaded: "unavailable_error", ModelUnloaded: "unavailable_error",
+}
+# llama-server's native routes (not its /v1 ones).
+LLAMACPP_PATHS = frozenset({"/completion", "/completions"})
 
 
 def family_of(path: str) -> str:
@@ -52,6 +60,8 @@ def family_of(path: str) -> str:
         return "ollama"
     if path.startswith(("/ai/", "/ml/")):
         return "antfly"
+    if path in LLAMACPP_PATHS:
+        return "llamacpp"
     return "openai"
 
 
@@ -74,6 +84,15 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
         headers["WWW-Authenticate"] = "Bearer"
     if family == "ollama":
         return status, {"error": message}, headers
+    if family == "llamacpp":
+        kind = next((LLAMACPP_TYPES[c] for c in type(exc).__mro__ if c in LLAMACPP_TYPES), oai_type)
+        param = getattr(exc, "param", None)
+        if param and param not in message:  # this envelope has no `param`: the message names it
+            message = f"{param}: {message}"
+        lerr: dict[str, Any] = {"code": status, "message": message, "type": kind}
+        if retry_ms is not None:
+            lerr["retry_after_ms"] = retry_ms
+        return status, {"error": lerr}, headers
     if family == "antfly":
         body: dict[str, Any] = {"error": code, "message": message}
         if isinstance(exc, Overloaded):
@@ -103,6 +122,8 @@ def error_response(exc: BaseException, family: str, status: int | None = None) -
     """The JSON error response; `status` overrides the table (405 from the router)."""
     table_status, body, headers = error_body(exc, family)
     status = status or table_status
+    if family == "llamacpp":
+        body["error"]["code"] = status  # llama-server's code is the HTTP status (405 from the router)
     if status >= 500 and not isinstance(exc, InferdError):
         log.error("unhandled error", exc_info=exc)
     return JSONResponse(body, status_code=status, headers=headers)

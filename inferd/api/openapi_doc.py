@@ -22,11 +22,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "message": _STR, "type": _STR, "param": {"anyOf": [_STR, {"type": "null"}]}, "code": _STR,
             "retry_after_ms": {"type": "integer"}}}}},
     "OllamaError": {"type": "object", "required": ["error"], "properties": {"error": _STR}},
+    "LlamaCppError": {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message", "type"], "properties": {
+            "code": {"type": "integer"}, "message": _STR, "type": _STR}}}},
     "AntflyError": {"type": "object", "required": ["error", "message"], "properties": {
         "error": _STR, "message": _STR, "reason": _STR, "retryable": {"type": "boolean"},
         "retry_after_ms": {"type": "integer"}}},
 }
-_MODEL = {"openai": "OpenAIError", "ollama": "OllamaError", "antfly": "AntflyError"}
+_MODEL = {"openai": "OpenAIError", "ollama": "OllamaError", "antfly": "AntflyError", "llamacpp": "LlamaCppError"}
 _DESCRIPTIONS = {400: "invalid request", 401: "missing or wrong API key", 403: "origin or host not allowed",
                  404: "unknown model, route or resource", 405: "method not allowed", 413: "request too large",
                  415: "unsupported Content-Type",

@@ -65,8 +65,9 @@ def _log_failure(e: BaseException) -> None:
 
 
 def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], Awaitable[None]],
-                 family: str = "openai") -> ClosingStream:
-    """`data: {json}` per frame, then `data: [DONE]`. On failure: OpenAI family
+                 family: str = "openai", done: bool = True) -> ClosingStream:
+    """`data: {json}` per frame, then `data: [DONE]` (unless `done` is False: llama-server's
+    native stream ends with its `"stop": true` frame). On failure: OpenAI and llamacpp families
     `data: {"error": {...}}`, Antfly `event: error` with a plain-text message; no [DONE]."""
 
     async def body() -> AsyncIterator[str]:
@@ -82,7 +83,8 @@ def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], A
             else:
                 yield f"data: {_dumps(err)}\n\n"
             return
-        yield "data: [DONE]\n\n"
+        if done:
+            yield "data: [DONE]\n\n"
 
     return ClosingStream(body(), on_close, "text/event-stream", SSE_HEADERS)
 

@@ -225,6 +225,11 @@ class GenerationEngine:
             elif len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
                 problem = (ContextOverflow, f"the prompt has {len(job.prompt)} tokens; this model's context holds "
                            f"{self.backend.n_ctx_seq}", None)
+            elif job.pin_slot is not None and not 0 <= job.pin_slot < len(self.slots):
+                problem = (InvalidInput, f"id_slot {job.pin_slot} does not exist: this model has "
+                           f"{len(self.slots)} slots (0 to {len(self.slots) - 1}, or -1 for any)", "id_slot")
+            elif job.pin_slot is not None and self.slots[job.pin_slot].job is not None:
+                return  # waits for its slot; later jobs keep their place behind it (as llama-server defers)
             elif len(free) < len(job.group):
                 return  # a group starts together; later jobs keep their place behind it
             self.waiting.popleft()
@@ -251,8 +256,9 @@ class GenerationEngine:
         key = job.cache_key
         # prompt_cache_key: its own slot first; slots another key holds last (a longer prefix
         # elsewhere is still borrowed below, by copying cells)
-        own = max(free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key,
-                                       snap_to_media(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
+        own = self.slots[job.pin_slot] if job.pin_slot is not None else max(
+            free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key,
+                                 snap_to_media(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
         keep = snap_to_media(job, min(common_prefix(own.cache, prompt), limit))
         donor, donor_keep = None, keep
         for s in self.slots:
@@ -506,8 +512,12 @@ class GenerationEngine:
         if reason != "cancelled" and job.out is not None:
             text += job.out.flush()
         job.next_token = None
+        usage, st = job.usage(now), self.stats
+        st.prompt_seconds += usage.prompt_seconds  # llama-server's llamacpp:* metrics (/metrics)
+        st.predicted_seconds += usage.generation_seconds
+        st.n_tokens_max = max(st.n_tokens_max, usage.total_tokens)
         self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
-                              usage=job.usage(now)))
+                              usage=usage, stop_word=job.out.stop_word if job.out is not None else None))
         self._close_job(job, reason)
 
     def _close_job(self, job: Job, reason: str = "error") -> None:

@@ -61,6 +61,7 @@ class Job:
     prompt_cache: bool = True
     cache_key: str | None = None
     compaction: float = 0.0
+    pin_slot: int | None = None       # run in this slot only, waiting for it (llama-server's id_slot)
     speculation: Speculation | None = None
     # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
     media: dict[int, Any] = field(default_factory=dict)

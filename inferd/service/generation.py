@@ -173,6 +173,10 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
     if not 1 <= req.n <= max(1, getattr(rt, "n_seq", 1)):
         raise InvalidInput(f"n must be between 1 and {getattr(rt, 'n_seq', 1)} (the sequences model "
                            f"'{req.model}' runs at once)", "n")
+    slot, n_seq = req.engine.slot, max(1, getattr(rt, "n_seq", 1))
+    if slot is not None and not 0 <= slot < n_seq:
+        raise InvalidInput(f"id_slot {slot} does not exist: model '{req.model}' has {n_seq} slots "
+                           f"(0 to {n_seq - 1}, or -1 for any)", "id_slot")
     if plan is not None:
         grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
         if grammar is not None:
@@ -325,7 +329,7 @@ class GenerationService:
                            top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
                            sink=stream.sink(loop, index), arrived=arrived, stream=req.stream,
                            prompt_cache=ctl.prompt_cache, cache_key=ctl.prompt_cache_key,
-                           compaction=ctl.cache_compaction_ratio,
+                           compaction=ctl.cache_compaction_ratio, pin_slot=ctl.slot if index == 0 else None,
                            # each choice drafts on its own; the response reports the first's
                            speculation=(sp if index == 0 else dataclasses.replace(sp)) if sp is not None else None)
             stream.job = job(p.sampler, 0)
@@ -417,6 +421,7 @@ class _Acc:
     logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
     usage: Usage = dataclasses.field(default_factory=Usage)
     reason: Any = None
+    stop_word: str | None = None
 
 
 async def collect(stream: GenerationStream) -> Generation:
@@ -432,13 +437,14 @@ async def collect(stream: GenerationStream) -> Generation:
         if d.usage is not None:
             a.usage = d.usage
         a.reason = d.finish_reason or a.reason
+        a.stop_word = d.stop_word or a.stop_word
     if any(a.reason == "cancelled" for a in accs):
         raise Cancelled()
     gens = [Generation(model=stream.model, text="".join(a.parts), finish_reason=a.reason or "stop", usage=a.usage,
                        reasoning="".join(a.thought) or None, tool_calls=a.calls,
                        tokens=a.tokens, prompt_tokens=stream.prompt_tokens,
                        logprobs=a.logprobs if stream.req.sampling.logprobs else None, created=stream.created,
-                       index=i) for i, a in enumerate(accs)]
+                       index=i, stop_word=a.stop_word) for i, a in enumerate(accs)]
     first = gens[0]
     first.usage, first.choices = total_usage([g.usage for g in gens]), gens[1:]
     first.speculation = stream.speculation.report() if stream.speculation is not None else None

@@ -20,8 +20,10 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inferd.api.deps import get_service
+from inferd.api.llamacpp.timings import llama_timings
 from inferd.api.openai.dialect import Dialect, OPENAI
 from inferd.api.streaming import generate_or_stream, sse_response
+from inferd import __version__
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
 from inferd.service import InferenceService
@@ -110,6 +112,10 @@ class CompletionRequest(SamplingFields):
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+# OpenAI's `system_fingerprint` (llama-server sends its build): which server build answered.
+SYSTEM_FINGERPRINT = f"inferd-{__version__}"
 
 
 # ---- requests ---------------------------------------------------------------------------------
@@ -237,9 +243,10 @@ def usage_dict(u: Usage, dialect: Dialect = OPENAI) -> dict[str, Any]:
 
 
 def timings(u: Usage, speculation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """llama-server's `timings`, with its draft_n / draft_n_accepted when the request speculated."""
-    out = {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
-           "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+    """llama-server's `timings` (cache_n, prompt_n, prompt_ms, ..., predicted_per_second), with its
+    draft_n / draft_n_accepted when the request speculated, and GenAIServer's ttft and tps."""
+    out = {**llama_timings(u), "ttft": round(u.ttft, 6), "tps": round(u.tps, 3),
+           "cached_prompt_tokens": u.cached_prompt_tokens}
     if speculation is not None and speculation.get("decision") == "enabled":
         out["draft_n"], out["draft_n_accepted"] = speculation["drafted_tokens"], speculation["accepted_tokens"]
     return out
@@ -298,7 +305,7 @@ def chat_response(g: Generation, dialect: Dialect = OPENAI) -> dict[str, Any]:
                 "logprobs": chat_logprobs(c.logprobs) if c.logprobs is not None else None,
                 "finish_reason": c.finish_reason} for c in [g, *g.choices]]
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage, g.speculation)}
+            "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage, g.speculation)}
 
 
 def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
@@ -307,7 +314,7 @@ def completion_response(g: Generation, echo_text: str | None = None) -> dict[str
                 "logprobs": completion_logprobs(c.logprobs, len(prefix)) if c.logprobs is not None else None}
                for c in [g, *g.choices]]
     return {"id": new_id("cmpl"), "object": "text_completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage, g.speculation)}
+            "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage, g.speculation)}
 
 
 # ---- streams ----------------------------------------------------------------------------------
@@ -323,7 +330,8 @@ def _progress(chunk: dict[str, Any], u: Usage | None, first: bool) -> dict[str, 
 
 async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENAI) -> AsyncIterator[dict[str, Any]]:
     cid, created = "chatcmpl-" + stream.id, int(stream.created)
-    head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model}
+    head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT}
     want_lp = stream.req.sampling.logprobs
     n = max(1, stream.req.n)
     for i in range(n):
@@ -360,7 +368,8 @@ async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENA
 async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | None = None
                             ) -> AsyncIterator[dict[str, Any]]:
     cid, created = "cmpl-" + stream.id, int(stream.created)
-    head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model}
+    head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT}
     want_lp = stream.req.sampling.logprobs
     n = max(1, stream.req.n)
     first, offsets = True, [0] * n
@@ -397,8 +406,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         respond=chat_response)
 
 
-@router.post("/v1/completions")
-@router.post("/completions")
+@router.post("/v1/completions")  # bare /completions is llama-server's native one (api/llamacpp)
 async def completions(body: CompletionRequest, request: Request, svc: InferenceService = Depends(get_service)):
     echo = echo_text(body)
     usage = bool(body.stream_options and body.stream_options.include_usage)
