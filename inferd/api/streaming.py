@@ -64,14 +64,54 @@ def _log_failure(e: BaseException) -> None:
         log.error("stream failed", exc_info=e)
 
 
+KEEPALIVE_SECONDS = 5.0  # llama-server's --sse-ping-interval default is of this order
+
+
+async def with_keepalive(frames: AsyncIterator[dict[str, Any]], every: float | None
+                         ) -> AsyncIterator[dict[str, Any] | None]:
+    """`frames`, with a None each time `every` seconds pass without one (a long prefill):
+    the writer turns it into an SSE comment, so proxies and clients see a live connection.
+    The pending frame is awaited again, never cancelled (cancelling would end the stream)."""
+    if not every or every <= 0:
+        async for f in frames:
+            yield f
+        return
+    it = frames.__aiter__()
+    nxt: asyncio.Future | None = None
+    try:
+        while True:
+            if nxt is None:
+                nxt = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({nxt}, timeout=every)
+            if not done:
+                yield None
+                continue
+            try:
+                frame = nxt.result()
+            except StopAsyncIteration:
+                nxt = None
+                return
+            nxt = None
+            yield frame
+    finally:
+        if nxt is not None:
+            nxt.cancel()
+
+
 def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], Awaitable[None]],
-                 family: str = "openai") -> ClosingStream:
-    """`data: {json}` per frame, then `data: [DONE]`. On failure: OpenAI family
-    `data: {"error": {...}}`, Antfly `event: error` with a plain-text message; no [DONE]."""
+                 family: str = "openai", done: bool = True, ping: float | None = None) -> ClosingStream:
+    """`data: {json}` per frame, then `data: [DONE]` (unless `done` is False: llama-server's
+    own /completion and /infill streams end with a frame whose `stop` is true). `ping`:
+    seconds of silence after which a `: keep-alive` comment line goes out. On failure:
+    OpenAI family `data: {"error": {...}}`, Antfly `event: error` with a plain-text message;
+    no [DONE]."""
 
     async def body() -> AsyncIterator[str]:
         try:
-            async for frame in frames:
+            async for frame in with_keepalive(frames, ping):
+                if frame is None:
+                    yield ": keep-alive\n\n"
+                    continue
                 yield f"data: {_dumps(frame)}\n\n"
         except Exception as e:
             _log_failure(e)
@@ -82,7 +122,8 @@ def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], A
             else:
                 yield f"data: {_dumps(err)}\n\n"
             return
-        yield "data: [DONE]\n\n"
+        if done:
+            yield "data: [DONE]\n\n"
 
     return ClosingStream(body(), on_close, "text/event-stream", SSE_HEADERS)
 

@@ -26,6 +26,12 @@ image's hash, prefix reuse works across turns: a follow-up about the same image 
 cells cached and neither encodes nor decodes it again. A cached prefix never ends inside a
 span (it is cut back to the span's start).
 
+LoRA per request: each job carries an adapter set (its own, or the engine's default fixed
+at admission). llama.cpp applies adapters per context, so a step makes one decode per set
+present, switching adapters between them; every set decodes in every step, so the users of
+one adapter never wait for another's to finish. A slot's cached cells belong to the set
+they were computed with: a prefix is reused (or lent) only within the same set.
+
 The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
 scheduling policy and knows nothing about llama.cpp."""
 
@@ -46,7 +52,8 @@ from inferd.observability.stats import GenStats
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
-from inferd.scheduling.jobs import Backend, Job, MediaBackend, MediaChunk, Slot, common_prefix, snap_to_media
+from inferd.scheduling.jobs import (Adapters, Backend, Job, LoraBackend, MediaBackend, MediaChunk, Slot, common_prefix,
+                                    snap_to_media)
 from inferd.types import Delta, FinishReason, TokenLogprob
 
 __all__ = ["Backend", "GenerationEngine", "Job", "MediaBackend", "MediaChunk", "Slot", "common_prefix"]
@@ -78,6 +85,8 @@ class GenerationEngine:
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
         self._media_slot: Slot | None = None  # the slot whose image span this step decodes
+        self.default_adapters: Adapters = ()  # /set_lora's choice, for jobs without their own set
+        self._applied: Adapters = ()  # the set the context decodes with now
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self.drafters = Drafters()  # draft models of this engine (speculation.py), worker thread only
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
@@ -171,12 +180,41 @@ class GenerationEngine:
                 self._run_idle_calls()
         self._admit(now)
         entries, jobs = self._build_batch()
-        if self._media_slot is not None:
-            self._decode_media(self._media_slot, now)
+        media = self._media_slot
+        if media is not None and media.job is not None and self._use_adapters(media.adapters, [media.job]):
+            self._decode_media(media, now)
         if not entries:
             return
-        rows = self.backend.decode(entries)
         self.steps += 1
+        groups: dict[Adapters, list[int]] = {}
+        for i, entry in enumerate(entries):
+            groups.setdefault(self.slots[entry[0]].adapters, []).append(i)
+        # the set in force first (one switch fewer), then the others; each decodes every step
+        for ad in sorted(groups, key=lambda a: a != self._applied):
+            idx = groups[ad]
+            if self._use_adapters(ad, [jobs[i] for i in idx]):
+                self._decode_group([entries[i] for i in idx], [jobs[i] for i in idx])
+
+    def _use_adapters(self, adapters: Adapters, jobs: list[Job]) -> bool:
+        """Apply `adapters` for the next decode; False (and `jobs` failed) when they cannot be."""
+        if adapters == self._applied:
+            return True
+        try:
+            cast(LoraBackend, self.backend).set_adapters(adapters)
+        except InferdError as e:
+            self._applied = cast(Adapters, None)  # unknown: set again before the next decode
+            for job in jobs:
+                for j in job.group:  # siblings still waiting for the fork fail with it
+                    if not j.done:
+                        self._fail_job(j, copy_error(e, "applying the LoRA adapters failed"))
+            return False
+        self._applied = adapters
+        return True
+
+    def _decode_group(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
+        """ONE decode for the entries of one adapter set, then each job's token (its rows are
+        valid only until the next decode)."""
+        rows = self.backend.decode(entries)
         self.batch_sizes[len(entries)] += 1
         self.stats.batch.observe(len(entries))
         now = time.perf_counter()
@@ -185,6 +223,9 @@ class GenerationEngine:
                 self._verify(job, toks, row, now)
                 continue
             self.slots[seq].cache.extend(toks)
+            if job.return_progress and job.next_token is None and not job.generated:
+                self._emit(job, Delta(progress=(len(job.prompt), job.cached, len(self.slots[seq].cache),
+                                                round((now - job.t_admitted) * 1e3, 3))))
             if row >= 0:
                 if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
                     self._fork(job, row, now)
@@ -240,28 +281,35 @@ class GenerationEngine:
                 sib.slot, sib.t_admitted, sib.out, sib.forked = slot.id, now, TextOut(sib.stop), True
                 slot.job, slot.last_used = sib, now
                 self.backend.seq_rm(slot.id, -1, -1)  # its old cells are no prefix to lend any more
-                slot.cache = []
+                slot.cache, slot.adapters = [], self.slots[job.slot].adapters if job.slot is not None else ()
+                sib.adapters = job.adapters
             if job.max_tokens <= 0:
                 for j in job.group:
                     self._finish(j, "length", now)
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
+        if job.adapters is None:  # the default set as it is now: a later /set_lora does not change it
+            job.adapters = self.default_adapters
+        ad = job.adapters
         limit = snap_to_media(job, len(prompt) - 1) if job.prompt_cache else 0  # the last prompt token (or image) is decoded
+
+        def reuse(s: Slot) -> int:  # cells computed with another adapter set are no prefix of this job's
+            return snap_to_media(job, min(common_prefix(s.cache, prompt), limit)) if s.adapters == ad else 0
         key = job.cache_key
         # prompt_cache_key: its own slot first; slots another key holds last (a longer prefix
         # elsewhere is still borrowed below, by copying cells)
         own = max(free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key,
-                                       snap_to_media(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
-        keep = snap_to_media(job, min(common_prefix(own.cache, prompt), limit))
+                                       reuse(s), -s.last_used))
+        keep = reuse(own)
         donor, donor_keep = None, keep
         for s in self.slots:
             if s is not own and s.shareable:
-                n = snap_to_media(job, min(common_prefix(s.cache, prompt), limit))
+                n = reuse(s)
                 if n > donor_keep:
                     donor, donor_keep = s, n
         restored = False
-        if self.host_cache is not None and job.prompt_cache:
+        if self.host_cache is not None and job.prompt_cache and not ad and not own.adapters:  # base weights only
             self._to_host(own, keep)
             n, hit = self.host_cache.best(prompt, limit)
             n = snap_to_media(job, n)  # never inside an image span
@@ -285,6 +333,7 @@ class GenerationEngine:
         else:
             own.cache = own.cache[:keep]
         job.slot, job.cached, job.t_admitted = own.id, keep, now
+        own.adapters = ad
         own.key = key if key is not None else own.key
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_tokens += keep

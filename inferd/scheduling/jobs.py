@@ -44,6 +44,15 @@ class MediaBackend(Backend, Protocol):
     def decode_media(self, seq: int, chunk: Any, p0: int, want: bool) -> int: ...
 
 
+# A set of LoRA adapters with their scales, as the engine groups decodes by it: sorted
+# (path, scale) pairs, no zero scales; () is the base weights.
+Adapters = tuple[tuple[str, float], ...]
+
+
+class LoraBackend(Backend, Protocol):
+    def set_adapters(self, adapters: Adapters) -> None: ...  # for the decodes that follow
+
+
 @dataclass(eq=False)
 class Job:
     """One sequence to generate. `sink` receives Deltas on the worker thread and must not
@@ -62,6 +71,9 @@ class Job:
     cache_key: str | None = None
     compaction: float = 0.0
     speculation: Speculation | None = None
+    # LoRA: this job's adapter set; None: the engine's default (/set_lora), fixed at admission
+    adapters: Adapters | None = None
+    return_progress: bool = False     # emit prompt_progress deltas while prefilling
     # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
     media: dict[int, Any] = field(default_factory=dict)
     # n > 1: the other choices of the same prompt, on the first job only (see module doc).
@@ -103,6 +115,7 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0
     key: str | None = None                          # prompt_cache_key of the last job here
+    adapters: Adapters = ()                         # the LoRA set its cells were computed with
 
     @property
     def shareable(self) -> bool:
