@@ -27,10 +27,11 @@ cells cached and neither encodes nor decodes it again. A cached prefix never end
 span (it is cut back to the span's start).
 
 LoRA per request: each job carries an adapter set (its own, or the engine's default fixed
-at admission). llama.cpp applies adapters per context, so a step makes one decode per set
-present, switching adapters between them; every set decodes in every step, so the users of
-one adapter never wait for another's to finish. A slot's cached cells belong to the set
-they were computed with: a prefix is reused (or lent) only within the same set.
+at admission). llama.cpp applies adapters per context, so a step decodes the sequences of
+one set; with several sets running, they take turns in time slices sized by the measured
+cost of a switch (lora_slices.py), so the users of one adapter never wait for another's to
+finish. A slot's cached cells belong to the set they were computed with: a prefix is
+reused (or lent) only within the same set.
 
 The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
 scheduling policy and knows nothing about llama.cpp."""
@@ -49,6 +50,7 @@ from typing import Any, cast
 from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded,
                            copy_error)
 from inferd.observability.stats import GenStats
+from inferd.scheduling.lora_slices import AdapterSlices
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
@@ -87,6 +89,7 @@ class GenerationEngine:
         self._media_slot: Slot | None = None  # the slot whose image span this step decodes
         self.default_adapters: Adapters = ()  # /set_lora's choice, for jobs without their own set
         self._applied: Adapters = ()  # the set the context decodes with now
+        self.lora_slices = AdapterSlices()
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self.drafters = Drafters()  # draft models of this engine (speculation.py), worker thread only
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
@@ -181,19 +184,28 @@ class GenerationEngine:
         self._admit(now)
         entries, jobs = self._build_batch()
         media = self._media_slot
-        if media is not None and media.job is not None and self._use_adapters(media.adapters, [media.job]):
-            self._decode_media(media, now)
-        if not entries:
-            return
-        self.steps += 1
         groups: dict[Adapters, list[int]] = {}
         for i, entry in enumerate(entries):
             groups.setdefault(self.slots[entry[0]].adapters, []).append(i)
-        # the set in force first (one switch fewer), then the others; each decodes every step
-        for ad in sorted(groups, key=lambda a: a != self._applied):
-            idx = groups[ad]
-            if self._use_adapters(ad, [jobs[i] for i in idx]):
-                self._decode_group([entries[i] for i in idx], [jobs[i] for i in idx])
+        if media is not None:
+            groups.setdefault(media.adapters, [])
+        if not groups:
+            return
+        # one adapter set per step, the sets taking turns in time slices (lora_slices.py)
+        ad = self.lora_slices.pick(groups, self._applied, now)
+        idx = groups[ad]
+        group_jobs = [jobs[i] for i in idx] + ([media.job] if media is not None and media.job is not None
+                                               and media.adapters == ad else [])
+        switched = ad != self._applied
+        if not self._use_adapters(ad, group_jobs):
+            return
+        if media is not None and media.job is not None and media.adapters == ad:
+            self._decode_media(media, now)
+        if idx:
+            self.steps += 1
+            t0 = time.perf_counter()
+            self._decode_group([entries[i] for i in idx], [jobs[i] for i in idx])
+            self.lora_slices.observe(time.perf_counter() - t0, switched)
 
     def _use_adapters(self, adapters: Adapters, jobs: list[Job]) -> bool:
         """Apply `adapters` for the next decode; False (and `jobs` failed) when they cannot be."""
