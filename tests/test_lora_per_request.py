@@ -176,3 +176,33 @@ def test_two_adapter_sets_stream_at_once_and_both_progress(srv):
     assert b_times[0] < a_times[-1]
     assert any(b_times[0] < t < b_times[-1] for t in a_times)
     assert slices.switches - switches >= 3  # A -> B -> A at least: turns, not one after the other
+
+
+def test_a_request_with_its_own_set_does_not_wait_for_a_default_switch(srv):
+    own_ref = ollama(srv, n=4, lora=[])
+    handle = srv.service.registry.loaded["tiny"].model
+    restore = slow_decode(handle, 0.05)
+    got: dict = {}
+
+    def run(key, fn):
+        got[key] = fn()
+        got[key + "_at"] = time.monotonic()
+    try:
+        first = threading.Thread(target=run, args=("first", lambda: ollama(srv, n=30)))
+        first.start()
+        deadline = time.monotonic() + 20
+        while handle.engine.active == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        switch = threading.Thread(target=run, args=("switch", lambda: set_lora(srv, model="tiny", name="style")))
+        switch.start()
+        time.sleep(0.2)  # the switch waits for `first`
+        own = threading.Thread(target=run, args=("own", lambda: ollama(srv, n=4, lora=[])))
+        own.start()
+        for t in (first, switch, own):
+            t.join(60)
+    finally:
+        restore()
+        unset_lora(srv, model="tiny")
+    assert got["switch"].status_code == 200
+    assert got["own"] == own_ref and got["own_at"] < got["switch_at"]  # ran while the switch waited

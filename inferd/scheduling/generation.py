@@ -79,7 +79,8 @@ class GenerationEngine:
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
         # (fn, reset_cache, future, number of the last job submitted before the call)
-        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int]] = []
+        # (fn, reset_cache, future, number of the last job submitted before the call, default-set jobs only)
+        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int, bool]] = []
         self._submitted = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -119,13 +120,15 @@ class GenerationEngine:
                 j.cancelled = True
             self._cond.notify()
 
-    def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True) -> concurrent.futures.Future:
+    def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True,
+                       default_only: bool = False) -> concurrent.futures.Future:
         """Run `fn` on the worker once every job submitted before this call has finished;
         jobs submitted after it wait until `fn` has run. For changes that invalidate the KV
-        cache (switching a LoRA adapter)."""
+        cache. `default_only`: a change of the default adapter set, which only the jobs
+        without their own set see: it waits for those alone, and holds only those."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
-            self._idle_calls.append((fn, reset_cache, fut, self._submitted))
+            self._idle_calls.append((fn, reset_cache, fut, self._submitted, default_only))
             self._cond.notify()
         return fut
 
@@ -178,8 +181,9 @@ class GenerationEngine:
         now = time.perf_counter()
         self._drop_cancelled(now)
         if self._idle_calls:
-            barrier = self._idle_calls[0][3]
-            if self.active == 0 and not any(j.number <= barrier for j in self.waiting):
+            _fn, _reset, _fut, barrier, only = self._idle_calls[0]
+            if not any(s.job is not None and self._held(s.job, only) for s in self.slots) \
+                    and not any(j.number <= barrier and self._held(j, only) for j in self.waiting):
                 self._run_idle_calls()
         self._admit(now)
         entries, jobs = self._build_batch()
@@ -264,13 +268,21 @@ class GenerationEngine:
             if slot.job is not None and slot.job.cancelled:
                 self._finish(slot.job, "cancelled", now)
 
+    @staticmethod
+    def _held(job: Job, default_only: bool) -> bool:
+        """Does an idle call (see call_when_idle) concern `job`?"""
+        return not (default_only and job.own_adapters)
+
     def _admit(self, now: float) -> None:
-        barrier = self._idle_calls[0][3] if self._idle_calls else None
+        barrier, only = (self._idle_calls[0][3], self._idle_calls[0][4]) if self._idle_calls else (None, False)
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
-            if not free or (barrier is not None and self.waiting[0].number > barrier):
-                return  # jobs after a pending idle call wait for it
-            job = self.waiting[0]
+            # jobs after a pending idle call wait for it (those it concerns: the first other one goes)
+            i = next((k for k, j in enumerate(self.waiting)
+                      if barrier is None or j.number <= barrier or not self._held(j, only)), None)
+            if not free or i is None:
+                return
+            job = self.waiting[i]
             problem: tuple[type[InvalidInput], str, str | None] | None = None  # (class, message, param)
             if len(job.group) > len(self.slots):
                 problem = (InvalidInput, f"n={len(job.group)} is more than the {len(self.slots)} sequences this "
@@ -280,7 +292,7 @@ class GenerationEngine:
                            f"{self.backend.n_ctx_seq}", None)
             elif len(free) < len(job.group):
                 return  # a group starts together; later jobs keep their place behind it
-            self.waiting.popleft()
+            del self.waiting[i]
             if problem is not None:
                 cls, message, param = problem
                 for j in job.group:  # one exception instance per job
@@ -627,7 +639,7 @@ class GenerationEngine:
     def _run_idle_calls(self) -> None:
         with self._cond:
             calls, self._idle_calls = self._idle_calls[:1], self._idle_calls[1:]
-        for fn, reset, fut, _barrier in calls:
+        for fn, reset, fut, _barrier, _only in calls:
             try:
                 if reset:
                     self._reset_cache()
@@ -638,5 +650,5 @@ class GenerationEngine:
     def _fail_idle_calls(self, make_error: Callable[[], BaseException]) -> None:
         with self._cond:
             calls, self._idle_calls = self._idle_calls, []
-        for _fn, _reset, fut, _barrier in calls:
+        for _fn, _reset, fut, _barrier, _only in calls:
             fut.set_exception(make_error())

@@ -73,6 +73,7 @@ class Job:
     speculation: Speculation | None = None
     # LoRA: this job's adapter set; None: the engine's default (/set_lora), fixed at admission
     adapters: Adapters | None = None
+    own_adapters: bool = False        # the request brought its set: a default change does not concern it
     return_progress: bool = False     # emit prompt_progress deltas while prefilling
     # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
     media: dict[int, Any] = field(default_factory=dict)

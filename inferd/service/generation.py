@@ -319,7 +319,8 @@ class GenerationService:
             t0 = time.perf_counter()
             handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
             assert isinstance(handle, GeneratorHandle)
-            await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
+            if req.lora is None:  # a reloaded model gets its default set back (its own set: not its concern)
+                await self.lora.ensure(spec, handle)
             adapters = await self.lora.for_request(spec, handle, req.lora)
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
             ctl = req.engine
@@ -338,6 +339,7 @@ class GenerationService:
                            sink=stream.sink(loop, index), arrived=arrived, stream=req.stream,
                            prompt_cache=ctl.prompt_cache, cache_key=ctl.prompt_cache_key,
                            compaction=ctl.cache_compaction_ratio, adapters=adapters,
+                           own_adapters=adapters is not None,
                            return_progress=req.return_progress and req.stream and index == 0,
                            # each choice drafts on its own; the response reports the first's
                            speculation=(sp if index == 0 else dataclasses.replace(sp)) if sp is not None else None)

@@ -129,15 +129,15 @@ class GeneratorHandle:
 
     async def set_lora(self, name: str | None, adapters: Adapters) -> None:
         """Make `adapters` ((path, scale) pairs; () the base weights) the default set of the
-        requests that bring none, once the requests already submitted have finished; later
-        ones wait for it (GenAIServer's /set_lora). `name` is what the catalog shows.
+        requests that bring none, once those already submitted have finished; later ones wait
+        for it (GenAIServer's /set_lora). Requests with their own set neither wait nor are waited for. `name` is what the catalog shows.
         Shielded: the switch completes even if the caller is cancelled. The KV cache stays:
         the engine keys every cached prefix by the adapter set it was computed with."""
         def apply() -> None:
             self.engine.default_adapters = adapters
             self.lora = name if adapters else None
 
-        await asyncio.shield(asyncio.wrap_future(self.engine.call_when_idle(apply, reset_cache=False)))
+        await asyncio.shield(asyncio.wrap_future(self.engine.call_when_idle(apply, reset_cache=False, default_only=True)))
 
     def close(self) -> None:
         if self.engine.close():
