@@ -78,6 +78,8 @@ def test_per_request_lora_equals_the_switched_adapter_token_for_token(srv):
     assert got["choices"][0]["message"]["content"] == ref_chat["choices"][0]["message"]["content"]
     # the adapter's own served name; and nothing stayed switched on
     assert ollama(srv, model="tiny:style") == ref and completion(srv, model="tiny:style") == ref_text
+    named = httpx.post(srv.url + "/v1/completions", json={"model": "tiny:style", "prompt": PROMPT, "max_tokens": 2})
+    assert named.json()["model"] == "tiny:style"  # the response names the adapter's model
     assert ollama(srv) == base and ollama(srv, lora=[]) == base
     # every adapter at scale 0 is the base weights (llama-server: a left-out adapter is 0)
     assert ollama(srv, lora=[{"id": style, "scale": 0.0}]) == base

@@ -295,6 +295,7 @@ class GenerationService:
         """Start a generation; every request error is raised here, before a stream exists."""
         arrived = time.perf_counter()
         check_engine_limits(req)
+        served = req.model
         base, adapter = self.lora.split_model(req.model)  # `base:adapter` serves that adapter (lora.py)
         if adapter is not None:
             if req.lora is not None:
@@ -323,6 +324,8 @@ class GenerationService:
                 await self.lora.ensure(spec, handle)
             adapters = await self.lora.for_request(spec, handle, req.lora)
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
+            if adapter is not None:  # responses name the adapter's own model, as vLLM's do
+                stream.model = served or spec.name
             ctl = req.engine
             check_controls(ctl, spec, handle)
             stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
@@ -415,7 +418,7 @@ class GenerationService:
         are left to finish, as in GenAIServer. Returns how many were cancelled."""
         if model:
             self.catalog.resolve(model, ModelKind.GENERATOR)
-        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.model == model)]
+        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.spec.name == model)]
         for s in hit:
             s.cancel()
         return len(hit)

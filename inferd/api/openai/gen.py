@@ -3,7 +3,8 @@ aliases llama-server clients use), in three sections:
 
 - wire requests, with the extension fields llama-server, openai-server, GenAIServer and
   Antfly accept (top_k, min_p, repetition_penalty, grammar, chat_template,
-  chat_template_kwargs, enable_thinking, ignore_eos, and the engine controls). Unknown fields
+  chat_template_kwargs, enable_thinking, ignore_eos, the engine controls, and llama-server's
+  lora, return_progress and sse_ping_interval; `suffix` makes a completion fill in the middle). Unknown fields
   are ignored, as OpenAI clients send many (user, store, ...);
 - wire <-> engine: pure functions, plus async generators that map a GenerationStream's deltas
   to chunks. The Antfly face reuses them with its Dialect (dialect.py): `cached_prompt_tokens`
