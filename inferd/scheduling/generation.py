@@ -78,7 +78,6 @@ class GenerationEngine:
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
-        # (fn, reset_cache, future, number of the last job submitted before the call)
         # (fn, reset_cache, future, number of the last job submitted before the call, default-set jobs only)
         self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int, bool]] = []
         self._submitted = 0
@@ -186,29 +185,21 @@ class GenerationEngine:
                     and not any(j.number <= barrier and self._held(j, only) for j in self.waiting):
                 self._run_idle_calls()
         self._admit(now)
-        entries, jobs = self._build_batch()
-        media = self._media_slot
-        groups: dict[Adapters, list[int]] = {}
-        for i, entry in enumerate(entries):
-            groups.setdefault(self.slots[entry[0]].adapters, []).append(i)
-        if media is not None:
-            groups.setdefault(media.adapters, [])
-        if not groups:
+        present = {s.adapters for s in self.slots if s.job is not None}
+        if not present:
             return
         # one adapter set per step, the sets taking turns in time slices (lora_slices.py)
-        ad = self.lora_slices.pick(groups, self._applied, now)
-        idx = groups[ad]
-        group_jobs = [jobs[i] for i in idx] + ([media.job] if media is not None and media.job is not None
-                                               and media.adapters == ad else [])
+        ad = self.lora_slices.pick(present, self._applied, now)
         switched = ad != self._applied
-        if not self._use_adapters(ad, group_jobs):
+        if not self._use_adapters(ad, [s.job for s in self.slots if s.job is not None and s.adapters == ad]):
             return
-        if media is not None and media.job is not None and media.adapters == ad:
-            self._decode_media(media, now)
-        if idx:
+        entries, jobs = self._build_batch(ad)
+        if self._media_slot is not None:
+            self._decode_media(self._media_slot, now)
+        if entries:
             self.steps += 1
             t0 = time.perf_counter()
-            self._decode_group([entries[i] for i in idx], [jobs[i] for i in idx])
+            self._decode_group(entries, jobs)
             self.lora_slices.observe(time.perf_counter() - t0, switched)
 
     def _use_adapters(self, adapters: Adapters, jobs: list[Job]) -> bool:
@@ -219,10 +210,9 @@ class GenerationEngine:
             cast(LoraBackend, self.backend).set_adapters(adapters)
         except InferdError as e:
             self._applied = cast(Adapters, None)  # unknown: set again before the next decode
-            for job in jobs:
-                for j in job.group:  # siblings still waiting for the fork fail with it
-                    if not j.done:
-                        self._fail_job(j, copy_error(e, "applying the LoRA adapters failed"))
+            for job in jobs:  # every job of the set, siblings waiting for their fork included
+                if not job.done:
+                    self._fail_job(job, copy_error(e, "applying the LoRA adapters failed"))
             return False
         self._applied = adapters
         return True
@@ -364,13 +354,15 @@ class GenerationEngine:
         job.out = TextOut(job.stop)
         own.job, own.last_used = job, now
 
-    def _build_batch(self) -> tuple[list[tuple[int, list[int], int, bool]], list[Job]]:
+    def _build_batch(self, adapters: Adapters = ()) -> tuple[list[tuple[int, list[int], int, bool]], list[Job]]:
+        """This step's entries: the sequences of adapter set `adapters` (the others wait for
+        their turn)."""
         entries: list[tuple[int, list[int], int, bool]] = []
         jobs: list[Job] = []
         prefilling: list[Slot] = []
         for slot in self.slots:
             job = slot.job
-            if job is None:
+            if job is None or slot.adapters != adapters:
                 continue
             if job.next_token is not None:
                 entries.append((slot.id, [job.next_token], len(slot.cache), True))
