@@ -5,14 +5,14 @@ llama.cpp applies adapters per context, and a context that changes its adapter s
 re-reserves its compute graph on the next decode: on the tiny fixture (1 thread) a decode
 right after a switch took ~2.5 ms against ~0.4 ms without one. Switching at every step (one
 set per step, alternating) therefore spent most of the time switching: 2 adapters x 4
-streams ran at 0.34x the throughput (per CPU second) of 8 streams on one adapter
+streams ran at 0.26-0.34x the throughput (per CPU second) of 8 streams on one adapter
 (`python bench/lora_sets.py --engine --threads 1 --per-step`).
 
 So the sets take turns in time slices, round-robin: a set decodes for a slice of
 `FACTOR` times the measured switch cost (between `MIN_SLICE` and `MAX_SLICE`), then the next set present
 gets one. No set waits for another's requests to finish, only for at most one slice of each
 other set, and the switching overhead stays near 1 / (1 + FACTOR) of the time: the same
-bench without --per-step gives 0.98x (per CPU second; 1.06x in wall time). Pure policy,
+bench without --per-step gives 0.85-0.98x (per CPU second; 0.95-1.06x in wall time). Pure policy,
 timed by the engine's worker thread."""
 
 from __future__ import annotations
