@@ -111,8 +111,14 @@ def test_keep_alive_comments_while_the_prompt_is_processed(srv):
         body = {"model": "tiny", "prompt": "hello", "max_tokens": 2, "stream": True, "sse_ping_interval": 0.2}
         lines = sse_lines(srv, "/v1/completions", body)
         quiet = sse_lines(srv, "/v1/completions", {**body, "sse_ping_interval": -1})
+        chat = sse_lines(srv, "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                                       "max_tokens": 2, "stream": True, "sse_ping_interval": 0.2})
     finally:
         restore()
+    # chat: the role chunk opens the stream at once; the pings go on until the first token
+    role = next(i for i, x in enumerate(chat) if '"role":"assistant"' in x)
+    after = next(i for i, x in enumerate(chat) if i > role and x.startswith("data: "))  # a token, or the end
+    assert chat[role + 1:after].count(": keep-alive") >= 2
     first_data = next(i for i, x in enumerate(lines) if x.startswith("data: "))
     assert lines[:first_data].count(": keep-alive") >= 2 and lines[-1] == "data: [DONE]"
     assert ": keep-alive" not in quiet

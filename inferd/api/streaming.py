@@ -67,19 +67,27 @@ def _log_failure(e: BaseException) -> None:
 KEEPALIVE_SECONDS = 5.0  # llama-server's --sse-ping-interval default is of this order
 
 
+def is_output(frame: dict[str, Any]) -> bool:
+    """Does a frame carry generated output? Not OpenAI's opening role chunk, nor prompt
+    progress: until an output frame, a long prefill can leave the stream silent."""
+    if "prompt_progress" in frame:
+        return False
+    choices = frame.get("choices")
+    return not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)
+                and choices[0].get("delta") == {"role": "assistant", "content": ""})
+
+
 async def with_keepalive(frames: AsyncIterator[dict[str, Any]], every: float | None
                          ) -> AsyncIterator[dict[str, Any] | None]:
-    """`frames`, with a None each time `every` seconds pass without one (a long prefill):
-    the writer turns it into an SSE comment, so proxies and clients see a live connection.
-    The pending frame is awaited again, never cancelled (cancelling would end the stream)."""
-    if not every or every <= 0:
-        async for f in frames:
-            yield f
-        return
+    """`frames`, with a None each time `every` seconds pass without one before the first
+    output frame (a long prefill, or a queue): the writer turns it into an SSE comment, so
+    proxies and clients see a live connection. The pending frame is awaited again, never
+    cancelled (cancelling would end the stream). From the first output on, frames pass
+    straight through: the timed wait costs ~65 us a frame, and tokens keep a stream alive."""
     it = frames.__aiter__()
     nxt: asyncio.Future | None = None
     try:
-        while True:
+        while every and every > 0:
             if nxt is None:
                 nxt = asyncio.ensure_future(it.__anext__())
             done, _ = await asyncio.wait({nxt}, timeout=every)
@@ -89,9 +97,13 @@ async def with_keepalive(frames: AsyncIterator[dict[str, Any]], every: float | N
             try:
                 frame = nxt.result()
             except StopAsyncIteration:
-                nxt = None
                 return
-            nxt = None
+            finally:
+                nxt = None
+            yield frame
+            if is_output(frame):
+                break
+        async for frame in it:
             yield frame
     finally:
         if nxt is not None:
@@ -102,7 +114,8 @@ def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], A
                  family: str = "openai", done: bool = True, ping: float | None = None) -> ClosingStream:
     """`data: {json}` per frame, then `data: [DONE]` (unless `done` is False: llama-server's
     own /completion and /infill streams end with a frame whose `stop` is true). `ping`:
-    seconds of silence after which a `: keep-alive` comment line goes out. On failure:
+    seconds of silence before the first output after which a `: keep-alive` comment line
+    goes out (llama-server's sse_ping_interval). On failure:
     OpenAI family `data: {"error": {...}}`, Antfly `event: error` with a plain-text message;
     no [DONE]."""
 
