@@ -100,6 +100,29 @@ class EngineControls:
 
 
 @dataclass
+class Infill:
+    """Fill-in-the-middle (llama-server's /infill, Ollama's and OpenAI's `suffix`): the text
+    before and after the cursor, repository context chunks (filename, text), and `prompt`,
+    the start of the middle. The prompt is built from the model's own FIM tokens
+    (service/fim.py)."""
+
+    prefix: str = ""
+    suffix: str = ""
+    extra: list[tuple[str, str]] = field(default_factory=list)
+    prompt: str = ""
+
+
+@dataclass(frozen=True)
+class LoraRef:
+    """One adapter of a request's set (llama-server's `lora: [{id, scale}]`): `id` indexes
+    the model's adapters in name order (GET /lora-adapters), or `name` names one."""
+
+    id: int | None = None
+    name: str | None = None
+    scale: float = 1.0
+
+
+@dataclass
 class GenerateRequest:
     """One generation, from any face. Exactly one of `messages` (chat: rendered with the
     model's chat template) and `prompt` (text, or token ids) is set."""
@@ -131,6 +154,10 @@ class GenerateRequest:
     keep_alive: float | None = None     # seconds to keep the model loaded afterwards
     engine: EngineControls = field(default_factory=EngineControls)
     created: float = field(default_factory=time.time)
+    infill: Infill | None = None        # fill-in-the-middle: the prompt comes from these parts
+    infill_param: str = "input_suffix"  # the wire field a model without FIM tokens is refused on
+    lora: list[LoraRef] | None = None   # this request's adapter set; None: the model's default
+    return_progress: bool = False       # stream prompt_progress deltas while the prompt is prefilled
 
 
 @dataclass
@@ -188,6 +215,8 @@ class Delta:
     tool_calls: list[ToolCall] = field(default_factory=list)
     index: int = 0                      # which choice (n > 1)
     stop_word: str | None = None        # the last delta of a sequence a stop string ended
+    # return_progress: prompt processing so far (total, cache, processed, time_ms), no text
+    progress: tuple[int, int, int, float] | None = None
 
 
 @dataclass

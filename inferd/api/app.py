@@ -29,7 +29,7 @@ from inferd.api.ollama import routes as ollama_routes
 from inferd.api.openai import embed as openai_embed
 from inferd.api.openai import audio as openai_audio
 from inferd.api.openai import files as openai_files
-from inferd.api import models_routes
+from inferd.api import infill, llama_helpers, models_routes
 from inferd.api.ollama import manage as ollama_manage
 from inferd.api.openai import gen as openai_gen
 from inferd.api.openai import routes as openai_routes
@@ -50,6 +50,7 @@ ROUTERS.append(openai_files.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
+ROUTERS += [infill.router, llama_helpers.router]  # llama-server's /infill, /props, /apply-template, /lora-adapters
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -33,6 +33,7 @@ from inferd.scheduling.speculation import Speculation
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
+from inferd.service.fim import check_fim, infill_tokens
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
@@ -117,7 +118,11 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
     plan = plan_request(req, template if use_template else None)
     text = ""
     checkpoint()
-    if use_template:
+    if req.infill is not None:  # fill-in-the-middle: the model's FIM tokens around the parts (fim.py)
+        check_fim(req.model, rt.fim_tokens, req.infill_param)
+        tokens = infill_tokens(lambda t: rt.tokenize(t, add_special=False, parse_special=False), rt.fim_tokens,
+                               rt.bos_token, req.infill, rt.n_batch, n_ctx, req.max_tokens or 0)
+    elif use_template:
         messages, kwargs = req.messages, dict(req.template_kwargs)
         if plan is not None:
             messages = plan.messages
@@ -294,6 +299,13 @@ class GenerationService:
         """Start a generation; every request error is raised here, before a stream exists."""
         arrived = time.perf_counter()
         check_engine_limits(req)
+        served = req.model
+        base, adapter = self.lora.split_model(req.model)  # `base:adapter` serves that adapter (lora.py)
+        if adapter is not None:
+            if req.lora is not None:
+                raise InvalidInput(f"model '{req.model}' names an adapter already; send 'lora' with the base "
+                                   f"model '{base}' instead", "lora")
+            req.model, req.lora = base or "", [adapter]
         spec = self.spec(req.model)
         req.model = spec.name
         refs = image_refs(req.messages)
@@ -312,8 +324,12 @@ class GenerationService:
             t0 = time.perf_counter()
             handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
             assert isinstance(handle, GeneratorHandle)
-            await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
+            if req.lora is None:  # a reloaded model gets its default set back (its own set: not its concern)
+                await self.lora.ensure(spec, handle)
+            adapters = await self.lora.for_request(spec, handle, req.lora)
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
+            if adapter is not None:  # responses name the adapter's own model, as vLLM's do
+                stream.model = served or spec.name
             ctl = req.engine
             check_controls(ctl, spec, handle)
             stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
@@ -330,6 +346,8 @@ class GenerationService:
                            sink=stream.sink(loop, index), arrived=arrived, stream=req.stream,
                            prompt_cache=ctl.prompt_cache, cache_key=ctl.prompt_cache_key,
                            compaction=ctl.cache_compaction_ratio, pin_slot=ctl.slot if index == 0 else None,
+                           adapters=adapters, own_adapters=adapters is not None,
+                           return_progress=req.return_progress and req.stream and index == 0,
                            # each choice drafts on its own; the response reports the first's
                            speculation=(sp if index == 0 else dataclasses.replace(sp)) if sp is not None else None)
             stream.job = job(p.sampler, 0)
@@ -404,7 +422,7 @@ class GenerationService:
         are left to finish, as in GenAIServer. Returns how many were cancelled."""
         if model:
             self.catalog.resolve(model, ModelKind.GENERATOR)
-        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.model == model)]
+        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.spec.name == model)]
         for s in hit:
             s.cancel()
         return len(hit)

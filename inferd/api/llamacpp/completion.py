@@ -23,6 +23,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.api.infill import LoraEntry, lora_refs
 from inferd.api.deps import get_service
 from inferd.api.llamacpp.timings import llama_timings
 from inferd.api.streaming import cancel_on_disconnect, sse_response
@@ -68,7 +69,7 @@ class CompletionBody(BaseModel):
     n_cmpl: int = Field(1, ge=1, le=8)
     return_tokens: bool = False
     samplers: list[str] | str | None = None
-    lora: list[dict[str, Any]] | None = None
+    lora: list[LoraEntry] | None = None
     stream: bool = False
     timings_per_token: bool = False
     response_fields: list[str] | None = None
@@ -112,9 +113,6 @@ def check_supported(body: CompletionBody) -> None:
     for name, (off, why) in _OFF.items():
         if not off(getattr(body, name)):
             raise InvalidInput(f"{name}: {why} in inferd (leave it at its default)", name)
-    if body.lora:
-        raise InvalidInput("lora: per-request LoRA adapters are not available in this build; activate an "
-                           "adapter for the model with POST /set_lora", "lora")
     if body.grammar is not None and body.json_schema is not None:
         raise InvalidInput("send grammar or json_schema, not both", "grammar")
 
@@ -300,7 +298,7 @@ def generate_request(body: CompletionBody, prompt: str | list[int], bias: dict[i
         model=body.model or "", prompt=prompt, max_tokens=n_predict(body), stop=stops(body),
         sampling=sampling(body, bias), stream=body.stream, chat=chat, n=body.n_cmpl,
         # n_predict past the context ends at the context (truncated), as in llama-server, not a 400
-        clamp_to_context=True,
+        clamp_to_context=True, lora=lora_refs(body.lora),
         engine=EngineControls(prompt_cache=body.cache_prompt, slot=None if body.id_slot < 0 else body.id_slot,
                               draft_model=body.draft_model, speculative_k=body.speculative_n_max,
                               speculation_policy=body.speculation_policy))
@@ -339,7 +337,8 @@ def settings(body: CompletionBody, req: GenerateRequest, model: str, n_ctx: int 
             "grammar": s.grammar or "", "samplers": list(s.samplers if s.samplers is not None else SAMPLER_STAGES),
             "logit_bias": [[t, b if math.isfinite(b) else False] for t, b in s.logit_bias.items()],
             "cache_prompt": req.engine.prompt_cache, "id_slot": body.id_slot, "n_cmpl": req.n,
-            "timings_per_token": body.timings_per_token, "post_sampling_probs": False, "lora": []}
+            "timings_per_token": body.timings_per_token, "post_sampling_probs": False,
+            "lora": [{"id": r.id, "scale": r.scale} for r in req.lora or []]}
 
 
 def select(obj: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:

@@ -3,7 +3,8 @@ aliases llama-server clients use), in three sections:
 
 - wire requests, with the extension fields llama-server, openai-server, GenAIServer and
   Antfly accept (top_k, min_p, repetition_penalty, grammar, chat_template,
-  chat_template_kwargs, enable_thinking, ignore_eos, and the engine controls). Unknown fields
+  chat_template_kwargs, enable_thinking, ignore_eos, the engine controls, and llama-server's
+  lora, return_progress and sse_ping_interval; `suffix` makes a completion fill in the middle). Unknown fields
   are ignored, as OpenAI clients send many (user, store, ...);
 - wire <-> engine: pure functions, plus async generators that map a GenerationStream's deltas
   to chunks. The Antfly face reuses them with its Dialect (dialect.py): `cached_prompt_tokens`
@@ -21,14 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inferd.api.deps import get_service
 from inferd.api.llamacpp.timings import llama_timings
+from inferd.api.infill import LoraEntry, lora_refs, ping_interval, progress
 from inferd.api.openai.dialect import Dialect, OPENAI
 from inferd.api.streaming import generate_or_stream, sse_response
 from inferd import __version__
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
 from inferd.service import InferenceService
-from inferd.types import (ChatOptions, EngineControls, GenerateRequest, Generation, SamplingParams, TokenLogprob,
-                          Usage, total_usage)
+from inferd.types import (ChatOptions, EngineControls, GenerateRequest, Generation, Infill, SamplingParams,
+                          TokenLogprob, Usage, total_usage)
 
 
 # ---- wire requests -------------------------------------------------------------------
@@ -78,6 +80,10 @@ class SamplingFields(BaseModel):
     prompt_cache: bool = True
     cache_prompt: bool | None = None  # llama-server's name for prompt_cache
     prompt_cache_key: str | None = Field(None, max_length=256)  # OpenAI's own field: slot affinity here
+    # llama-server's extensions: this request's LoRA set, prompt progress in the stream, keep-alive pings
+    lora: list[LoraEntry] | None = None
+    return_progress: bool = False
+    sse_ping_interval: float | None = None
 
     @model_validator(mode="after")
     def _cache_prompt_alias(self) -> "SamplingFields":
@@ -155,7 +161,8 @@ def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0
 def _common(body: SamplingFields) -> dict[str, Any]:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream,
-            "n": body.n, "engine": engine_controls(body)}
+            "n": body.n, "engine": engine_controls(body), "lora": lora_refs(body.lora),
+            "return_progress": body.return_progress}
 
 
 def engine_controls(body: SamplingFields) -> EngineControls:
@@ -223,12 +230,16 @@ def echo_text(body: CompletionRequest) -> str | None:
 
 
 def completion_request(body: CompletionRequest) -> GenerateRequest:
-    if body.suffix:
-        raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
     if body.best_of not in (None, 1):
         raise InvalidInput("best_of > 1 is not supported", "best_of")
     n_top = body.logprobs
-    return GenerateRequest(prompt=completion_prompt(body.prompt),
+    prompt = completion_prompt(body.prompt)
+    infill = None
+    if body.suffix:  # fill-in-the-middle: the prompt is the text before the cursor (service/fim.py)
+        if not isinstance(prompt, str):
+            raise InvalidInput("suffix needs a text prompt (the text before the insertion point)", "suffix")
+        infill = Infill(prefix=prompt, suffix=body.suffix)
+    return GenerateRequest(prompt=prompt, infill=infill, infill_param="suffix",
                            sampling=sampling(body, n_top is not None, n_top or 0, body.grammar), **_common(body))
 
 
@@ -340,6 +351,9 @@ async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENA
     first = True
     usages: list[Usage | None] = [None] * n
     async for d in stream:
+        if d.progress is not None:  # return_progress (llama-server): prompt processing so far
+            yield {**head, "choices": [], "prompt_progress": progress(d.progress)}
+            continue
         usages[d.index] = d.usage or usages[d.index]
         delta: dict[str, Any] = {}
         if d.reasoning:
@@ -379,6 +393,9 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
             yield {**head, "choices": [{"index": i, "text": echo_text, "logprobs": None, "finish_reason": None}]}
         offsets = [len(echo_text)] * n
     async for d in stream:
+        if d.progress is not None:
+            yield {**head, "choices": [], "prompt_progress": progress(d.progress)}
+            continue
         usages[d.index] = d.usage or usages[d.index]
         if d.text or (want_lp and d.logprobs) or d.finish_reason:
             choice = {"index": d.index, "text": d.text, "finish_reason": d.finish_reason,
@@ -402,7 +419,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate_or_stream(
         request, svc, chat_request(body),
-        stream=lambda s: sse_response(chat_chunks(s, usage, OPENAI), s.aclose, OPENAI.name),
+        stream=lambda s: sse_response(chat_chunks(s, usage, OPENAI), s.aclose, OPENAI.name,
+                                      ping=ping_interval(body.sse_ping_interval)),
         respond=chat_response)
 
 
@@ -412,5 +430,6 @@ async def completions(body: CompletionRequest, request: Request, svc: InferenceS
     usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate_or_stream(
         request, svc, completion_request(body),
-        stream=lambda s: sse_response(completion_chunks(s, usage, echo), s.aclose, OPENAI.name),
+        stream=lambda s: sse_response(completion_chunks(s, usage, echo), s.aclose, OPENAI.name,
+                                      ping=ping_interval(body.sse_ping_interval)),
         respond=lambda g: completion_response(g, echo))

@@ -15,12 +15,17 @@ router = APIRouter()
 @router.get("/v1/models")
 @router.get("/models")
 async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
-    return convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
+    out = convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
+    out["data"] += [convert.adapter_entry(name, spec, int(svc.started_at)) for name, spec in svc.adapter_models()]
+    return out
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, svc: InferenceService = Depends(get_service)) -> dict:
     if not model_id.strip():  # "/v1/models/%0A": the route's pattern leaves a lone newline out
         raise ModelNotFound(model_id)
+    adapter = dict(svc.adapter_models()).get(model_id) if svc.lookup(model_id) is None else None
+    if adapter is not None:  # `base:adapter`, a LoRA served under its own name
+        return convert.adapter_entry(model_id, adapter, int(svc.started_at))
     spec = svc.resolve_served(model_id, *convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
     return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))

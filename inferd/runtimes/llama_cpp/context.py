@@ -161,20 +161,28 @@ class LlamaContext:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         return L.llama_state_seq_set_data(self.ptr, buf, len(data), seq) > 0
 
-    # ---- LoRA -------------------------------------------------------------------------------
-    def set_adapter(self, path: str | None, scale: float = 1.0) -> None:
-        """Apply one LoRA adapter (None: base weights). The KV cache was computed with the old
-        weights, so callers clear it (GenerationEngine.call_when_idle does)."""
-        if path is None:
-            L.llama_set_adapters_lora(self.ptr, None, 0, None)
-            return
+    # ---- LoRA ----------------------------------------------------------------------------
+    def load_adapter(self, path: str) -> ctypes.c_void_p:
+        """The adapter at `path`, loaded once (freed with the model). Raises InvalidInput for a
+        file that is not a LoRA of this model."""
         ad = self._adapters.get(path)
         if ad is None:
             ad = L.llama_adapter_lora_init(self.model.ptr, path.encode())
             if not ad:
                 raise InvalidInput(f"could not load LoRA adapter {path} (not a LoRA GGUF for this model?)")
-            self._adapters[path] = ad  # freed with the model
-        arr = (L.llama_adapter_lora_p_ctypes * 1)(ctypes.cast(ad, L.llama_adapter_lora_p_ctypes))
-        rc = L.llama_set_adapters_lora(self.ptr, arr, 1, (ctypes.c_float * 1)(scale))
+            self._adapters[path] = ad
+        return ad
+
+    def set_adapters(self, adapters: tuple[tuple[str, float], ...]) -> None:
+        """Decode with these (path, scale) adapters from now on (() : the base weights).
+        llama.cpp keeps one set per context; the engine switches it between the decodes of
+        a step, one decode per set."""
+        if not adapters:
+            L.llama_set_adapters_lora(self.ptr, None, 0, None)
+            return
+        n = len(adapters)
+        arr = (L.llama_adapter_lora_p_ctypes * n)(
+            *(ctypes.cast(self.load_adapter(p), L.llama_adapter_lora_p_ctypes) for p, _s in adapters))
+        rc = L.llama_set_adapters_lora(self.ptr, arr, n, (ctypes.c_float * n)(*(s for _p, s in adapters)))
         if rc != 0:
-            raise InvalidInput(f"llama.cpp refused LoRA adapter {path} (code {rc})")
+            raise InvalidInput(f"llama.cpp refused LoRA adapters {[p for p, _s in adapters]} (code {rc})")

@@ -1,7 +1,7 @@
 """LlamaGenerator: one loaded GGUF generator = model + multi-sequence context.
 
 A leaf: it satisfies the generation engine's Backend Protocol structurally (decode, sample,
-KV-cache edits; only the engine's worker thread calls those, and `warm_up` / `set_adapter`)
+KV-cache edits; only the engine's worker thread calls those, and `warm_up` / `set_adapters`)
 and offers the service tokenize / detokenize, `chat_template`, `make_sampler`. The
 composition root (inferd/service/loading.py) wraps it in a GenerationEngine."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from functools import cached_property
 from pathlib import Path
 
@@ -80,6 +81,7 @@ class LlamaGenerator:
             self.model.close()
             raise
         self.chat_template = self._template()
+        self._adapter_lock = threading.Lock()  # adapters load on request threads, apply on the worker
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
         self.size_bytes = estimate_bytes(self.model, n_seq * self.n_ctx_seq, KV_BYTES[cache_dtype])
@@ -127,6 +129,15 @@ class LlamaGenerator:
     def detokenize(self, tokens: list[int]) -> str:
         return self.model.detokenize(tokens)
 
+    @property
+    def fim_tokens(self) -> dict[str, int]:
+        return self.model.fim_tokens
+
+    @property
+    def bos_token(self) -> int | None:
+        """The BOS id a text prompt starts with (None: this vocabulary adds none)."""
+        return self.model.bos if self.model.add_bos and self.model.bos >= 0 else None
+
     def token_bytes(self, token: int) -> bytes:
         return self.model.piece(token, special=True)
 
@@ -157,10 +168,16 @@ class LlamaGenerator:
         """What a grammar can match in this vocabulary (checked before sampling starts)."""
         return GrammarVocabView(self.model)
 
-    def set_adapter(self, path: Path | None, scale: float = 1.0) -> None:
-        """Apply the LoRA adapter at `path` (None: base weights). Worker thread only, when no
-        sequence runs (the engine's call_when_idle); the KV cache is then stale and dropped."""
-        self.ctx.set_adapter(str(path) if path else None, scale)
+    def load_adapter(self, path: str) -> None:
+        """Load a LoRA adapter before a request uses it (any thread, before the job is
+        submitted): a bad file is then that request's 400, not a failed decode step."""
+        with self._adapter_lock:
+            self.ctx.load_adapter(path)
+
+    def set_adapters(self, adapters: tuple[tuple[str, float], ...]) -> None:
+        """Worker thread: the LoRA set of the decodes that follow (the engine groups by it)."""
+        with self._adapter_lock:
+            self.ctx.set_adapters(adapters)
 
     # ---- Backend (worker thread only) -------------------------------------------------------
     def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]:
