@@ -130,11 +130,11 @@ def decode(data: bytes, rate: int = 16000, max_seconds: float | None = None) -> 
         raise InvalidInput("the audio file holds no samples (empty audio)", "file")
     if limit is not None and total > limit:
         raise PayloadTooLarge(f"the audio is longer than {max_seconds:.0f} s, the most per request")
-    out = np.concatenate(parts).astype(np.float32) / 32768.0
+    samples = np.concatenate(parts).astype(np.float32) / 32768.0
     del parts
-    if len(data) > 8 << 20 or out.nbytes > 64 << 20:
+    if len(data) > 8 << 20 or samples.nbytes > 64 << 20:
         release_memory()
-    return out
+    return samples
 
 
 _SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
