@@ -60,6 +60,23 @@ def test_schemes_credentials_and_loopback_names():
         trusted.resolve("http://127.0.0.1:10/v2/", "u")
 
 
+def test_the_connection_goes_to_the_checked_address():
+    """DNS is asked once: the Target's URL holds the checked address, Host and the TLS server
+    name the original host, so no second lookup can rebind the name to a private address."""
+    t = FetchPolicy().resolve("https://93.184.216.34:8443/a?b=1", "u")   # a literal: no lookup at all
+    assert (t.url, t.headers, t.extensions) == ("https://93.184.216.34:8443/a?b=1", {"Host": "93.184.216.34:8443"},
+                                                {"sni_hostname": "93.184.216.34"})
+    p = FetchPolicy()
+    infos = [(2, 1, 6, "", ("93.184.216.34", 443))]
+    t = p._decide("https://img.example.com/x.png", policy.urlsplit("https://img.example.com/x.png"), infos, "u")
+    assert t.url == "https://93.184.216.34/x.png" and t.headers == {"Host": "img.example.com"}
+    assert t.extensions == {"sni_hostname": "img.example.com"}
+    # One private answer among public ones is enough to refuse.
+    with pytest.raises(InvalidInput, match="private or loopback"):
+        p._decide("https://img.example.com/", policy.urlsplit("https://img.example.com/"),
+                  infos + [(2, 1, 6, "", ("10.0.0.7", 443))], "u")
+
+
 # ---- 3. a whole-fetch deadline ---------------------------------------------------------------------
 class _Slow(http.server.BaseHTTPRequestHandler):
     """Sends a PNG's headers at once, then its body one byte a second (a slow loris)."""
