@@ -45,8 +45,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-concurrent-requests", type=int)
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")
-    a("--max-body-bytes", type=int)
-    a("--max-audio-bytes", type=int, help="largest audio upload (default 25 MiB); larger is a 413")
+    a("--max-body-bytes", help="largest request body (32MiB, bytes; default 32 MiB); a /v1/files upload may "
+                               "also carry --max-file-bytes plus its form fields")
+    a("--max-audio-bytes", help="largest audio upload (25MiB, bytes; default 25 MiB); larger is a 413")
     a("--max-audio-seconds", type=float, help="longest audio per request (default 1800); longer is a 413")
     a("--parallel", type=int, help="generation slots per model (default 4)")
     a("--threads", type=int, help="CPU threads per runtime (default: all cores)")
@@ -61,7 +62,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
-    a("--max-media-bytes", type=int, help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-media-bytes", help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
     a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
     a("--allow-remote-media", action="store_const", const=True, default=None,
       help="fetch http(s) image URLs named in requests (off: data stays on the host)")
@@ -75,8 +76,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-inputs", type=int, help="inputs per request: embeddings, rerank documents, "
       "extract and rewrite inputs (default 2048)")
     a("--prep-threads", type=int, help="threads preparing requests: templates, tokenizing, grammars (default 4)")
-    a("--max-file-bytes", type=int, help="largest uploaded file (default 32 MiB)")
-    a("--max-files-total-bytes", type=int, help="quota of all uploaded files (default 1 GiB)")
+    a("--max-file-bytes", help="largest uploaded file (1MiB, bytes; default 32 MiB)")
+    a("--max-files-total-bytes", help="quota of all uploaded files (default 1 GiB)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
                                        "here; needs --cluster-config and inferd[cluster]")
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")

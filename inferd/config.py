@@ -124,6 +124,8 @@ class Settings(BaseSettings):
     allow_downloads: bool = False               # a request naming a model that is not local may pull it
     download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
     ollama_registry: str = "https://registry.ollama.ai"
+    # /api/pull may name any registry host: loopback, private and link-local ones only with this.
+    allow_private_registries: bool = False
 
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # besides loopback origins
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -146,7 +148,8 @@ class Settings(BaseSettings):
                              "give a real key or none at all")
         return v
 
-    @field_validator("max_memory", mode="before")
+    @field_validator("max_memory", "max_body_bytes", "max_audio_bytes", "max_media_bytes", "max_file_bytes",
+                     "max_files_total_bytes", "download_reserve_bytes", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
         return parse_size(v)

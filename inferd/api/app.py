@@ -21,7 +21,8 @@ from inferd.api.antfly import routes as antfly_routes
 from inferd.api.antfly import transcribe as antfly_transcribe
 from inferd.api.errors import error_response, family_of
 from inferd.api.llamacpp import completion as llamacpp_completion
-from inferd.api.middleware import ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext
+from inferd.api.middleware import (ApiKeyAuth, BodyLimit, JsonByDefault, JsonTextGuard, RequestContext,
+                                   upload_limits)
 from inferd.api.origins import BrowserGuard, OriginPolicy
 from inferd.api.ollama import embed as ollama_embed
 from inferd.api.ollama import gen as ollama_gen
@@ -129,7 +130,7 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=upload_limits(settings))
     # BrowserGuard has refused every disallowed Origin before CORS runs, so CORS may echo any
     # origin that reaches it (a "*" would also answer pages we never allowed).
     app.add_middleware(CORSMiddleware, allow_origin_regex=".*", allow_methods=["*"],
