@@ -183,9 +183,10 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
         raise InvalidInput(f"id_slot {slot} does not exist: model '{req.model}' has {n_seq} slots "
                            f"(0 to {n_seq - 1}, or -1 for any)", "id_slot")
     if plan is not None:
-        grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
+        grammar = plan.grammar(text, endless=sampling.ignore_eos)  # checked (raw GBNF) or built valid
         if grammar is not None:
-            sampling = dataclasses.replace(sampling, grammar=grammar)
+            sampling = dataclasses.replace(sampling, grammar=grammar,
+                                           grammar_endless=sampling.ignore_eos and plan.endless_grammar)
     checkpoint()
     if sampling.grammar is not None:
         # llama.cpp aborts the process on grammars no token of this vocabulary can follow
