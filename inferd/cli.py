@@ -42,7 +42,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-loaded-models", type=int)
     a("--max-memory", help="memory budget of loaded models (8GiB, 512MiB, bytes; 0 = none; "
                            "default 75%% of RAM): idle models are evicted LRU, a model that cannot fit is a 507")
-    a("--max-concurrent-requests", type=int)
+    a("--max-concurrent-requests", type=int, help="inference requests running at once (default 64; 0 = unbounded)")
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")
     a("--max-body-bytes", help="largest request body (32MiB, bytes; default 32 MiB); a /v1/files upload may "
@@ -63,6 +63,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
     a("--max-media-bytes", help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-read-batch-bytes", help="encoded image bytes of one /ai/v1/read request (default 256 MiB)")
     a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
     a("--allow-remote-media", action="store_const", const=True, default=None,
       help="fetch http(s) image URLs named in requests (off: data stays on the host)")
