@@ -27,6 +27,9 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
       help="serve one more model by hand; repeatable")
     a("--mmproj", action="append", dest="mmproj", metavar="FILE",
       help="vision projector (mmproj GGUF) of a --model generator, paired in order; repeatable")
+    a("--mmproj-n-threads", type=int, metavar="N", help="threads of the vision projector (default: --threads)")
+    a("--no-mmproj-gpu", action="store_const", const=False, dest="mmproj_gpu",
+      help="keep the vision projector on the CPU when layers are offloaded (a CPU build has no GPU)")
     a("--no-builtins", action="store_const", const=False, dest="builtins",
       help="serve only configured models (plus the `fixed` chunker)")
 
@@ -193,9 +196,10 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     at the top, so `inferd serve` pays for none of them."""
     from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
     from inferd.registry.pull.cli import register as pull  # light: huggingface_hub is imported on use
+    from inferd.registry.pull.cli import register_aliases as serve_aliases  # openai-server's `local`, `hf-model`
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import, cluster, pull]
+    return [ml_import, cluster, pull, serve_aliases]
 
 
 def main(argv: list[str] | None = None) -> int:
