@@ -15,3 +15,19 @@ def test_extract_metadata_is_echoed_per_item(extract_srv):
     a, b = res.json()["data"]
     assert a["id"] == "a" and a["metadata"] == meta
     assert "metadata" not in b  # none given, none returned
+
+
+def test_v1_models_lists_context_and_embedding_sizes():
+    """openai-server lists each model with its context and embedding dimensions: llama-server's
+    `meta` (n_ctx_train, n_embd from the GGUF header; n_ctx once loaded), read by the client."""
+    import openai
+
+    from tests.server import serve
+
+    gguf = "tests/fixtures/gguf/tiny-llama.gguf"
+    with serve(models=[f"tiny={gguf}", f"embedder:tiny-emb={gguf}"], threads=1, parallel=1) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x")
+        listed = {m.id: m.model_extra["meta"] for m in client.models.list()}
+        assert listed == {"tiny": {"n_ctx_train": 256, "n_embd": 64}, "tiny-emb": {"n_ctx_train": 256, "n_embd": 64}}
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert client.models.retrieve("tiny").model_extra["meta"]["n_ctx"] == 256

@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from fastapi import APIRouter, Depends
 
 from inferd.api.deps import get_service
 from inferd.api.openai import convert
 from inferd.errors import ModelNotFound
+from inferd.models import ModelSpec
 from inferd.service import InferenceService
 
 router = APIRouter()
 
 
+def _meta(svc: InferenceService, spec: ModelSpec) -> dict[str, Any]:
+    """Context size and embedding dimensions (openai-server lists them): a GGUF model's
+    header (cached), the slot context of a loaded generator. Blocking: called in a thread."""
+    if spec.format != "gguf":
+        return {}
+    loaded = svc.registry.loaded.get(spec.name)
+    backend = getattr(getattr(loaded, "model", None), "backend", None)
+    return convert.model_meta(svc.models_mgr.gguf_metadata(spec), getattr(backend, "n_ctx_seq", None))
+
+
 @router.get("/v1/models")
 @router.get("/models")
 async def list_models(svc: InferenceService = Depends(get_service)) -> dict:
-    out = convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
+    specs = svc.models(*convert.OPENAI_KINDS)
+    meta = await asyncio.to_thread(lambda: {s.name: _meta(svc, s) for s in specs})
+    out = convert.model_list(specs, int(svc.started_at), lambda s: {**svc.lora_info(s), **meta[s.name]})
     out["data"] += [convert.adapter_entry(name, spec, int(svc.started_at)) for name, spec in svc.adapter_models()]
     return out
 
@@ -28,4 +44,5 @@ async def get_model(model_id: str, svc: InferenceService = Depends(get_service))
     if adapter is not None:  # `base:adapter`, a LoRA served under its own name
         return convert.adapter_entry(model_id, adapter, int(svc.started_at))
     spec = svc.resolve_served(model_id, *convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
-    return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))
+    meta = await asyncio.to_thread(_meta, svc, spec)
+    return convert.model_entry(spec, int(svc.started_at), {**svc.lora_info(spec), **meta})
