@@ -30,6 +30,9 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     a("--mmproj-n-threads", type=int, metavar="N", help="threads of the vision projector (default: --threads)")
     a("--no-mmproj-gpu", action="store_const", const=False, dest="mmproj_gpu",
       help="keep the vision projector on the CPU when layers are offloaded (a CPU build has no GPU)")
+    a("--ignore-images-without-projector", action="store_const", const=True, default=None,
+      help="image parts sent to a generator without a vision projector are dropped with a warning "
+           "(openai-server's behaviour) instead of a 400")
     a("--no-builtins", action="store_const", const=False, dest="builtins",
       help="serve only configured models (plus the `fixed` chunker)")
 

@@ -106,6 +106,7 @@ class Settings(BaseSettings):
     cache_ram: int = Field(0, ge=0)             # MiB of host-RAM prompt cache per generator (0: off)
     mmproj_n_threads: int | None = Field(None, ge=1)  # vision projector threads (None: --threads)
     mmproj_gpu: bool = True                     # --no-mmproj-gpu: keep the projector on the CPU
+    ignore_images_without_projector: bool = False  # openai-server: drop image parts (warning) instead of a 400
     threads: int | None = Field(None, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching

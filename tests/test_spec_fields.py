@@ -31,3 +31,35 @@ def test_v1_models_lists_context_and_embedding_sizes():
         assert listed == {"tiny": {"n_ctx_train": 256, "n_embd": 64}, "tiny-emb": {"n_ctx_train": 256, "n_embd": 64}}
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
         assert client.models.retrieve("tiny").model_extra["meta"]["n_ctx"] == 256
+
+
+def test_image_parts_without_a_projector(caplog):
+    """Default: a 400 naming the capability (GenAIServer: an incompatible model capability is
+    a 400). --ignore-images-without-projector: openai-server's behaviour, the image parts are
+    dropped with a warning and the answer is the text-only one."""
+    import logging
+
+    import httpx
+
+    from tests.server import serve
+    from tests.vision_helpers import data_uri
+    from PIL import Image
+
+    img = {"type": "image_url", "image_url": {"url": data_uri(Image.new("RGB", (8, 8)))}}
+    text = {"type": "text", "text": "describe"}
+    ask = {"model": "tiny", "max_tokens": 6, "temperature": 0}
+    gguf = "tests/fixtures/gguf/tiny-llama.gguf"
+    with serve(models=[f"tiny={gguf}"], threads=1, parallel=1) as s:
+        r = httpx.post(s.url + "/v1/chat/completions", json={**ask, "messages": [{"role": "user", "content": [text, img]}]})
+        assert r.status_code == 400 and "vision projector" in r.json()["error"]["message"]
+    with serve(models=[f"tiny={gguf}"], threads=1, parallel=1, ignore_images_without_projector=True) as s:
+        with caplog.at_level(logging.WARNING, "inferd.generation"):
+            r = httpx.post(s.url + "/v1/chat/completions",
+                           json={**ask, "messages": [{"role": "user", "content": [text, img]}]})
+        assert r.status_code == 200, r.text
+        assert "ignoring 1 image part" in caplog.text
+        plain = httpx.post(s.url + "/v1/chat/completions", json={**ask, "messages": [{"role": "user", "content": [text]}]})
+        assert r.json()["choices"][0]["message"] == plain.json()["choices"][0]["message"]
+        r = httpx.post(s.url + "/api/chat", json={"model": "tiny", "stream": False, "messages": [
+            {"role": "user", "content": "describe", "images": [data_uri(Image.new("RGB", (8, 8))).split(",")[1]]}]})
+        assert r.status_code == 200, r.text

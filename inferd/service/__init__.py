@@ -75,6 +75,7 @@ class InferenceService:
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
         self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media,
                                             PrepPool(settings.prep_threads))
+        self.generation.ignore_images_without_projector = settings.ignore_images_without_projector
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)

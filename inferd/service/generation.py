@@ -40,7 +40,7 @@ from inferd.service.lora import LoraService
 from inferd.service.mailbox import LoopMailbox
 from inferd.service.speculation import check_controls, loads_a_draft, plan_speculation
 from inferd.service.prep import PrepPool, cancel_flag, checkpoint
-from inferd.service.vision import image_refs, require_vision, to_images, with_markers
+from inferd.service.vision import image_refs, require_vision, to_images, with_markers, without_images
 from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob, Usage, total_usage
 
 log = logging.getLogger("inferd.generation")
@@ -291,6 +291,9 @@ class GenerationService:
         self.prep = prep or PrepPool(4)  # templates, tokenizing, grammars: bounded, cancellable
         self.media = media  # image budgets (scheduling/media.py); None: images are refused
         self.streams: set[GenerationStream] = set()  # running generations, for /stop
+        # openai-server's behaviour (--ignore-images-without-projector): image parts sent to a
+        # model without a projector are dropped with a warning instead of the 400
+        self.ignore_images_without_projector = False
 
     def spec(self, model: str | None) -> ModelSpec:
         """An omitted model means the only generator; with several it must be named."""
@@ -310,6 +313,10 @@ class GenerationService:
         spec = self.spec(req.model)
         req.model = spec.name
         refs = image_refs(req.messages)
+        if refs and self.ignore_images_without_projector and "vision" not in spec.capabilities:
+            log.warning("model '%s' has no vision projector: ignoring %d image part(s) of the request",
+                        spec.name, len(refs))
+            req.messages, refs = without_images(req.messages), []
         require_vision(spec, refs)  # 400 naming the capability, before any work
         stack = contextlib.AsyncExitStack()
         images: list[Image] = []
