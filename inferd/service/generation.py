@@ -316,7 +316,7 @@ class GenerationService:
         if refs and self.ignore_images_without_projector and "vision" not in spec.capabilities:
             log.warning("model '%s' has no vision projector: ignoring %d image part(s) of the request",
                         spec.name, len(refs))
-            req.messages, refs = without_images(req.messages), []
+            req.messages, refs = without_images(req.messages or []), []
         require_vision(spec, refs)  # 400 naming the capability, before any work
         stack = contextlib.AsyncExitStack()
         images: list[Image] = []
