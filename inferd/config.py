@@ -103,6 +103,7 @@ class Settings(BaseSettings):
     cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] = "f16"  # generator KV cache type
     n_gpu_layers: int = Field(0, ge=-1)         # passed to llama.cpp
     cache_ram: int = Field(0, ge=0)             # MiB of host-RAM prompt cache per generator (0: off)
+    reasoning_budget: int = Field(-1, ge=-1)    # thinking tokens of requests that name no budget (-1: unbounded)
     threads: int | None = Field(None, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
