@@ -185,6 +185,7 @@ class Delta:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     index: int = 0                      # which choice (n > 1)
+    stop_sequence: str | None = None    # last delta: the stop string that ended the output, if one did
 
 
 @dataclass
@@ -198,6 +199,7 @@ class Generation:
     usage: Usage
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    stop_sequence: str | None = None    # the stop string that ended the output, if one did
     tokens: list[int] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None

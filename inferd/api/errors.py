@@ -1,8 +1,9 @@
 """THE error table: every domain error -> HTTP status and body, for each API family.
 
 Families: `openai` (also the control routes; GenAIServer/openai-server envelope
-{"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), and `antfly`
-({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?})."""
+{"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), `antfly`
+({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?}), and `anthropic`
+(/v1/messages: {"type": "error", "error": {"type", "message"}}, Anthropic's types by status)."""
 
 from __future__ import annotations
 
@@ -45,8 +46,18 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
 }
 _INTERNAL = (500, "server_error", "INTERNAL_ERROR")
 
+# Anthropic's error types, by the status above. A busy server is its 529 overloaded_error
+# (with retry-after), which its SDKs retry; statuses Anthropic does not use keep their number
+# with the nearest type.
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error",
+                   429: "rate_limit_error", 529: "overloaded_error"}
+ANTHROPIC_STATUS: dict[type[BaseException], int] = {Overloaded: 529, ModelUnloaded: 529}
+
 
 def family_of(path: str) -> str:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
     if path.startswith("/api/"):
         return "ollama"
     if path.startswith(("/ai/", "/ml/")):
@@ -73,6 +84,12 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
         headers["WWW-Authenticate"] = "Bearer"
     if family == "ollama":
         return status, {"error": message}, headers
+    if family == "anthropic":
+        status = next((ANTHROPIC_STATUS[c] for c in type(exc).__mro__ if c in ANTHROPIC_STATUS), status)
+        if isinstance(exc, Unauthorized):
+            headers.pop("WWW-Authenticate", None)  # Anthropic's clients send x-api-key
+        kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return status, {"type": "error", "error": {"type": kind, "message": message}}, headers
     if family == "antfly":
         body: dict[str, Any] = {"error": code, "message": message}
         if isinstance(exc, Overloaded):

@@ -528,8 +528,9 @@ class GenerationEngine:
         if reason != "cancelled" and job.out is not None:
             text += job.out.flush()
         job.next_token = None
+        matched = job.out.matched if reason == "stop" and job.out is not None else None
         self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
-                              usage=job.usage(now)))
+                              usage=job.usage(now), stop_sequence=matched))
         self._close_job(job, reason)
 
     def _close_job(self, job: Job, reason: str = "error") -> None:

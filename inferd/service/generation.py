@@ -437,6 +437,7 @@ class _Acc:
     logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
     usage: Usage = dataclasses.field(default_factory=Usage)
     reason: Any = None
+    stop_sequence: str | None = None
 
 
 async def collect(stream: GenerationStream) -> Generation:
@@ -452,10 +453,11 @@ async def collect(stream: GenerationStream) -> Generation:
         if d.usage is not None:
             a.usage = d.usage
         a.reason = d.finish_reason or a.reason
+        a.stop_sequence = d.stop_sequence or a.stop_sequence
     if any(a.reason == "cancelled" for a in accs):
         raise Cancelled()
     gens = [Generation(model=stream.model, text="".join(a.parts), finish_reason=a.reason or "stop", usage=a.usage,
-                       reasoning="".join(a.thought) or None, tool_calls=a.calls,
+                       reasoning="".join(a.thought) or None, tool_calls=a.calls, stop_sequence=a.stop_sequence,
                        tokens=a.tokens, prompt_tokens=stream.prompt_tokens,
                        logprobs=a.logprobs if stream.req.sampling.logprobs else None, created=stream.created,
                        index=i) for i, a in enumerate(accs)]
