@@ -141,7 +141,7 @@ def plan_thinking(requested: bool | None, template: str | None, param: str = "en
         raise InvalidInput(f"this model's chat template does not support thinking; remove '{param}'", param=param)
     if requested is None and budget == 0 and markers is not None:
         requested = False
-    kwargs = {} if requested is None else {"enable_thinking": requested}
+    kwargs: dict[str, object] = {} if requested is None else {"enable_thinking": requested}
     if effort is not None and template and "reasoning_effort" in template:
         kwargs["reasoning_effort"] = effort  # gpt-oss style templates read the level themselves
     return ThinkingPlan(markers, requested is not False, markers is not None and requested is not False, kwargs,

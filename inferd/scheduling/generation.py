@@ -357,13 +357,13 @@ class GenerationEngine:
         if t is not None and not job.forced and t.due():
             job.forced = t.close()
         if job.forced:
-            tok = job.forced.pop(0)
-            if not self.backend.force(job.sampler, tok):
+            forced = job.forced.pop(0)
+            if not self.backend.force(job.sampler, forced):
                 job.forced = []
                 self._finish(job, "length", now)
                 return None
-            self._take(job, tok, row, now, forced=True)
-            return tok
+            self._take(job, forced, row, now, forced=True)
+            return forced
         tok = self._sample(job, row)
         if tok is not None:
             self._take(job, tok, row, now)
