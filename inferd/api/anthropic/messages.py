@@ -107,6 +107,8 @@ def _texts(blocks: str | list[dict[str, Any]], where: str) -> str:
     """The text of a string or of text blocks (system, tool_result content)."""
     if isinstance(blocks, str):
         return blocks
+    if not isinstance(blocks, list):
+        raise InvalidInput(f"{where} must be a string or a list of text blocks", where)
     parts = []
     for j, b in enumerate(blocks):
         if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
