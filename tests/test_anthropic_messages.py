@@ -439,3 +439,50 @@ def test_smollm2_tool_round_trip_and_langchain(smol):
     assert reply.content and reply.content[0].type in ("text", "tool_use")
     llm = ChatAnthropic(model=SMOL, base_url=smol.url, api_key="x", max_tokens=24, temperature=0, max_retries=0)
     assert "river" in llm.invoke("Name three rivers.").content.lower()
+
+
+# ---- images (the tiny llama + tiny mmproj fixtures) ------------------------------------------
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    import shutil
+
+    root = tmp_path_factory.mktemp("vlm")
+    folder = root / "generators" / "tiny-vlm"
+    folder.mkdir(parents=True)
+    shutil.copy("tests/fixtures/gguf/tiny-llama.gguf", folder / "model.gguf")
+    shutil.copy("tests/fixtures/gguf/mmproj-tiny.gguf", folder / "mmproj-tiny.gguf")
+    with serve(models_dir=str(root), threads=1, data_dir=str(tmp_path_factory.mktemp("data"))) as s:
+        yield s
+
+
+def test_image_blocks_reach_the_model_as_on_the_openai_face(vlm):
+    from tests.test_vision_http import data_uri, png
+
+    c = anthropic.Anthropic(base_url=vlm.url, api_key="x", max_retries=0)
+
+    def ask(seed):
+        data = base64.b64encode(png(seed)).decode()
+        return [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+            {"type": "text", "text": "what is in the picture?"}]}]
+
+    m = c.messages.create(model="tiny-vlm", max_tokens=8, messages=ask(1), extra_body=GREEDY)
+    oai = openai.OpenAI(base_url=vlm.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+        model="tiny-vlm", max_tokens=8, temperature=0, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_uri(1)}}, {"type": "text", "text": "what is in the picture?"}]}])
+    assert m.content[0].text == oai.choices[0].message.content  # the same prompt, image included
+    n_image = c.messages.count_tokens(model="tiny-vlm", messages=ask(1)).input_tokens
+    n_text = c.messages.count_tokens(model="tiny-vlm", messages=[{"role": "user", "content": "what is in the picture?"}])
+    assert n_image == m.usage.input_tokens + m.usage.cache_read_input_tokens
+    assert n_image > n_text.input_tokens + 4  # the image's own tokens
+    up = openai.OpenAI(base_url=vlm.url + "/v1", api_key="x", max_retries=0).files.create(
+        file=("p.png", png(1), "image/png"), purpose="vision")
+    by_file = c.messages.create(model="tiny-vlm", max_tokens=8, extra_body=GREEDY, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": up.id}}, {"type": "text", "text": "what is in the picture?"}]}])
+    assert by_file.content[0].text == m.content[0].text
+    remote = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    envelope(post(vlm, {"model": "tiny-vlm", "max_tokens": 4, "messages": [{"role": "user", "content": [remote]}]}),
+             400, "invalid_request_error")
+    broken = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "bm90IGFuIGltYWdl"}}
+    envelope(post(vlm, {"model": "tiny-vlm", "max_tokens": 4, "messages": [{"role": "user", "content": [broken]}]}),
+             400, "invalid_request_error")
