@@ -182,3 +182,20 @@ def test_server_default_budget(tmp_path):
         o = ollama.Client(host=s.url).chat(model="thinker", messages=HI, think=True,
                                            options={"temperature": 0, "num_predict": 30})
         assert o.message.thinking == ref and o.message.content
+
+
+def test_budget_with_speculation_and_several_choices(srv):
+    n = 7
+    ref = reference(srv, n)
+    base = {"model": "thinker", "messages": HI, "enable_thinking": True, "reasoning_budget": n, "max_tokens": n + 15,
+            **GREEDY}
+    # an n-gram drafter never drafts past the budget: the block ends at exactly n tokens
+    spec = post(srv, "/ai/v1/chat/completions", {**base, "max_tokens": 200, "draft_model": "ngram",
+                                                 "speculation_policy": "on"})
+    assert spec["choices"][0]["message"]["reasoning_content"] == ref
+    assert spec["usage"]["completion_tokens_details"]["reasoning_tokens"] == n
+    assert spec["speculation"]["drafted_tokens"] > 0  # it drafted, in the answer after the block
+    # n = 2: each choice has its own count; usage adds them up
+    two = post(srv, "/v1/chat/completions", {**base, "n": 2})
+    assert [c["message"]["reasoning_content"] for c in two["choices"]] == [ref, ref]
+    assert two["usage"]["completion_tokens_details"]["reasoning_tokens"] == 2 * n
