@@ -119,7 +119,7 @@ def test_openai_reasoning_effort(srv):
                     400, "reasoning_budget")
     # an effort bounds thinking but does not ask for it: a model that cannot think just answers
     assert post(srv, "/v1/chat/completions", {"model": "tiny", "messages": HI, "reasoning_effort": "low",
-                                              "max_tokens": 3})["usage"]["completion_tokens"] == 3
+                                              "max_tokens": 3, **GREEDY})["usage"]["completion_tokens"] == 3
 
 
 def test_ollama_think_level_is_the_effort_budget(srv):
