@@ -13,6 +13,10 @@ omitted when empty; incoming reasoning fields are not replayed (see
     for text in deltas: reasoning, content = split.feed(text)
     reasoning, content = split.finish()
 
+Budgets: `thinking_budget(budget, effort, server_default)` gives the tokens of thinking a
+request allows (`EFFORT_BUDGETS` maps OpenAI's effort levels); the plan carries it and the
+engine (scheduling/thinking.py) closes the block there by forcing the end marker.
+
 A reasoning block is recognised only at the very start of the output (after whitespace),
 or from the first token when the prompt itself ends with the opening marker (DeepSeek-R1
 style templates). Whitespace just inside the markers and right after the block is dropped.
