@@ -299,6 +299,30 @@ def _png():
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def test_failure_after_the_stream_started_is_an_error_event(srv):
+    body = {"model": "tiny", "max_tokens": 12, "messages": HI, **GREEDY}  # greedy: no EOG within 3 decodes
+    post(srv, body)
+    backend, calls = runtime(srv).backend, {"n": 0}
+    real = backend.decode
+
+    def flaky(entries):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated decode failure")
+        return real(entries)
+
+    backend.decode = flaky
+    try:
+        events = sse(srv, body)
+        assert shape(events)[:3] == ["message_start", "ping", "start:text"] and "message_stop" not in shape(events)
+        assert events[-1] == ("error", {"type": "error", "error": {
+            "type": "api_error", "message": "generation failed: simulated decode failure"}})
+        calls["n"] = 0
+        envelope(post(srv, body), 500, "api_error", "simulated decode failure")
+    finally:
+        backend.__dict__.pop("decode", None)
+
+
 def test_overload_is_529_with_retry_after(tmp_path):
     generator_dir(tmp_path, "tiny", n_ctx=512)
     with serve(models_dir=str(tmp_path), max_concurrent_requests=1, max_queued_requests=0, threads=1) as s:
