@@ -158,16 +158,16 @@ class ResponseStore:
                                        (response_id,)).fetchone()
         if row is None or not self._live(row[0]):
             raise NotFound(f"Response with id '{response_id}' not found.")
-        return json.loads(row[1])
+        return row[1]
 
     def get(self, response_id: str) -> dict[str, Any]:
-        return self._row(response_id, "response")
+        return json.loads(self._row(response_id, "response"))
 
     def history(self, response_id: str) -> list[dict[str, Any]]:
-        return self._row(response_id, "history")
+        return json.loads(self._row(response_id, "history"))
 
     def input_items(self, response_id: str) -> list[dict[str, Any]]:
-        return self._row(response_id, "input_items")
+        return json.loads(self._row(response_id, "input_items"))
 
     def delete(self, response_id: str) -> None:
         self._row(response_id, "id")  # 404 first

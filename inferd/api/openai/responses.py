@@ -63,7 +63,8 @@ class CreateResponse(BaseModel):
     conversation: Any = None
     prompt: Any = None
     prompt_cache_key: str | None = Field(None, max_length=256)
-    seed: int | None = None  # inferd extension, as on chat completions
+    seed: int | None = None        # inferd extensions, as on chat completions
+    grammar: str | None = None     # raw GBNF constraining the output
     user: str | None = None
     safety_identifier: str | None = None
     service_tier: str | None = None
@@ -330,7 +331,8 @@ def generate_request(body: CreateResponse | CountTokensBody, history: list[dict[
     e, _summary = effort(body.reasoning)
     chat = ChatOptions(tools=function_tools(body.tools), tool_choice=tool_choice(body.tool_choice),
                        parallel_tool_calls=True if body.parallel_tool_calls is None else body.parallel_tool_calls,
-                       response_format=text_format(body.text), reasoning_effort=e)
+                       response_format=text_format(body.text), grammar=getattr(body, "grammar", None),
+                       reasoning_effort=e)
     b: Any = body
     sampling = SamplingParams(temperature=1.0 if getattr(b, "temperature", None) is None else b.temperature,
                               top_p=1.0 if getattr(b, "top_p", None) is None else b.top_p, seed=getattr(b, "seed", None))
@@ -357,8 +359,8 @@ def skeleton(body: CreateResponse, model: str, history_id: str | None) -> dict[s
             "reasoning": {"effort": e, "summary": (body.reasoning or {}).get("summary") if summary else None},
             "store": body.store is not False, "temperature": 1.0 if body.temperature is None else body.temperature,
             "text": {"format": fmt}, "tool_choice": _choice_echo(body.tool_choice), "tools": response_tools(body.tools),
-            "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled", "usage": None,
-            "user": body.user, "metadata": dict(body.metadata or {})}
+            "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled",
+            "metadata": dict(body.metadata or {}), **({"user": body.user} if body.user is not None else {})}
 
 
 def _choice_echo(choice: str | dict[str, Any] | None) -> str | dict[str, Any]:

@@ -151,21 +151,30 @@ class ResponseBuilder:
         u = self.usage
         if u is None:
             return None
-        return {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
+        # Every prompt token the engine did not find in its cache it computes and keeps for the next
+        # request with this prefix (the prompt cache is on for responses): written to the cache.
+        written = u.prompt_tokens - u.cached_prompt_tokens
+        return {"input_tokens": u.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": u.cached_prompt_tokens, "cache_write_tokens": written},
                 "output_tokens": u.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": min(self.reasoning_tokens, u.completion_tokens)},
                 "total_tokens": u.prompt_tokens + u.completion_tokens}
 
+    def _put_usage(self) -> None:
+        usage = self._usage()
+        if usage is not None:  # the schema has no null usage: absent until known
+            self.base["usage"] = usage
+
     def finish(self, reason: str) -> list[dict[str, Any]]:
+        if reason == "cancelled":  # /stop: the open item stays incomplete
+            return self.fail(Cancelled("the response was cancelled"), status="cancelled")
         cut = reason == "length"
         events = self._close("incomplete" if cut else "completed")
         b = self.base
-        b["usage"] = self._usage()
+        self._put_usage()
         if cut:
             b["status"], b["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
             events.append(self._event("response.incomplete", response=self.snapshot()))
-        elif reason == "cancelled":
-            return events + self.fail(Cancelled("the response was cancelled"), status="cancelled")
         else:
             b["status"], b["completed_at"] = "completed", int(time.time())
             events.append(self._event("response.completed", response=self.snapshot()))
@@ -177,7 +186,7 @@ class ResponseBuilder:
         message = exc.message if isinstance(exc, InferdError) else "internal server error"
         b = self.base
         b["status"], b["error"] = status, {"code": "server_error", "message": message}
-        b["usage"] = self._usage()
+        self._put_usage()
         return events + [self._event("response.failed", response=self.snapshot())]
 
     async def run(self, stream: Any) -> AsyncIterator[dict[str, Any]]:
