@@ -78,9 +78,8 @@ class ResponseStore:
         except sqlite3.Error as e:
             raise StoreCorrupt(f"cannot open the responses database {self.path}: {e}") from e
         try:
-            # A file that is not SQLite fails on the first read: the journal-mode pragma.
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed write survives a crash of the process
+            # Read-only checks first, so a file that is not ours is left exactly as it was; a file
+            # that is not SQLite at all fails on its first read.
             if not fresh:
                 bad = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()]
                 if bad != ["ok"]:
@@ -96,6 +95,8 @@ class ResponseStore:
                     if cols != {"id", "created_at", "response", "input_items", "history"}:
                         raise StoreCorrupt(f"the responses table of {self.path} has unexpected columns "
                                            f"{sorted(cols)}; move the file away to start")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed write survives a crash of the process
             db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError as e:
