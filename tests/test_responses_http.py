@@ -359,6 +359,16 @@ def test_unknown_model_and_ids_and_bad_json(srv):
                                          "stream": True, "grammar": "root ::= ("}), 400)
 
 
+def test_an_image_for_a_model_without_vision_is_a_400(srv):
+    png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+    for part in ({"type": "input_image", "image_url": png}, {"type": "input_image", "file_id": "file-" + "0" * 24}):
+        r = post(srv, {"model": "tiny", "input": [{"role": "user", "content": [{"type": "input_text", "text": "what?"},
+                                                                              part]}]})
+        assert_envelope("openai", r, 400, "cannot read images")
+    assert_envelope("openai", post(srv, {"model": "tiny", "input": [{"role": "user", "content": [
+        {"type": "input_image"}]}]}), 400, "image_url or file_id")
+
+
 def test_input_tokens_counts_what_create_would_prefill(srv):
     body = {"model": "tiny", "input": [{"role": "user", "content": [{"type": "input_text", "text": "count me"}]}],
             "instructions": "sys", "tools": [WEATHER]}

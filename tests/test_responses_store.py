@@ -15,7 +15,7 @@ import pytest
 
 from inferd.api.app import create_app
 from inferd.config import load_settings
-from inferd.errors import NotFound
+from inferd.errors import ConfigError, NotFound
 from inferd.storage.responses import ResponseStore, StoreCorrupt
 from tests.chat_fixtures import generator_dir
 from tests.server import serve
@@ -138,5 +138,5 @@ def test_the_cli_refuses_to_start_on_a_corrupt_database(tmp_path):
 def test_bounds_flags_reach_the_settings():
     s = load_settings({"responses_max_count": 5, "responses_max_age": "7d"})
     assert s.responses_max_count == 5 and s.responses_max_age == 7 * 86400
-    with pytest.raises(Exception):
+    with pytest.raises(ConfigError, match="responses_max_count"):
         load_settings({"responses_max_count": 0})

@@ -78,7 +78,7 @@ class ResponseBuilder:
         if kind == "reasoning":
             item: dict[str, Any] = {"id": _id("rs"), "type": "reasoning", "summary": [], "content": [],
                                     "status": "in_progress"}
-            part = {"type": "reasoning_text", "text": ""}
+            part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
         else:
             item = {"id": _id("msg"), "type": "message", "role": "assistant", "status": "in_progress",
                     "content": []}
@@ -196,17 +196,17 @@ class ResponseBuilder:
         reason = None
         try:
             async for d in stream:
-                for e in self.feed(d):
-                    yield e
+                for ev in self.feed(d):
+                    yield ev
                 reason = d.finish_reason or reason
-        except Exception as e:  # after the first byte a failure is an event, not a status
-            if not isinstance(e, InferdError):
-                log.error("response stream failed", exc_info=e)
-            for ev in self.fail(e):
+        except Exception as exc:  # after the first byte a failure is an event, not a status
+            if not isinstance(exc, InferdError):
+                log.error("response stream failed", exc_info=exc)
+            for ev in self.fail(exc):
                 yield ev
             return
-        for e in self.finish(reason or "stop"):
-            yield e
+        for ev in self.finish(reason or "stop"):
+            yield ev
 
     def history_messages(self) -> list[dict[str, Any]]:
         """This response's output as the assistant turn of the stored conversation (reasoning
