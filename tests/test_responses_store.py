@@ -5,6 +5,7 @@ a server that stores nothing leaves no file behind."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -98,6 +99,22 @@ def test_no_file_until_the_first_stored_response(models, tmp_path):
         create(s, input="x", store=False, max_output_tokens=1)
         assert httpx.get(f"{s.url}/v1/responses/resp_{'0' * 32}").status_code == 404
     assert not (tmp_path / "responses.sqlite3").exists()
+
+
+def test_a_failed_write_is_a_clear_error_never_a_silent_loss(models, tmp_path):
+    with serve(models_dir=str(models), data_dir=str(tmp_path), threads=1) as s:
+        (tmp_path / "responses.sqlite3").mkdir()  # after the start: the first write cannot create the file
+        r = httpx.post(s.url + "/v1/responses", json={"model": "tiny", "input": "x", "max_output_tokens": 2},
+                       timeout=60)
+        assert r.status_code == 500 and r.json()["error"]["code"] == "storage_failed"
+        assert "responses.sqlite3" in r.json()["error"]["message"]
+        with httpx.stream("POST", s.url + "/v1/responses", timeout=60, json={
+                "model": "tiny", "input": "x", "max_output_tokens": 2, "grammar": ENDLESS, "stream": True}) as st:
+            evs = [json.loads(x[6:]) for x in st.iter_lines() if x.startswith("data: ")]
+        assert [e["type"] for e in evs[-2:]] == ["error", "response.incomplete"]
+        assert evs[-2]["code"] == "storage_failed" and evs[-1]["response"]["store"] is False
+        assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+        assert create(s, input="y", store=False, max_output_tokens=1)["store"] is False  # unstored still work
 
 
 @pytest.mark.parametrize("damage", ["garbage", "foreign", "header"])

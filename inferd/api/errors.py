@@ -16,7 +16,7 @@ from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Forbid
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized,
                            UnsupportedMediaType)
-from inferd.errors import InsufficientStorage, UpstreamFailed
+from inferd.errors import InsufficientStorage, StorageFailed, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
 
@@ -36,6 +36,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     Cancelled: (499, "cancelled", "CANCELLED"),
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
+    StorageFailed: (500, "server_error", "STORAGE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
     UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),
     Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import ConfigError, NotFound
+from inferd.errors import ConfigError, InsufficientStorage, NotFound, StorageFailed
 
 RESPONSE_ID = re.compile(r"^resp_[0-9a-f]{32}$")
 SCHEMA_VERSION = 1
@@ -110,7 +110,10 @@ class ResponseStore:
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = self._connect()
+            try:
+                self._db = self._connect()
+            except StoreCorrupt as e:  # created (or replaced) after the start: this write fails, clearly
+                raise StorageFailed(str(e)) from e
         return self._db
 
     def close(self) -> None:
@@ -144,8 +147,13 @@ class ResponseStore:
                             json.dumps(input_items), json.dumps(history)))
                 self._evict(db)
                 db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as e:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if isinstance(e, sqlite3.OperationalError) and "full" in str(e):
+                    raise InsufficientStorage(f"the responses database {self.path} cannot grow: {e}") from e
+                if isinstance(e, sqlite3.Error):
+                    raise StorageFailed(f"storing a response in {self.path} failed: {e}") from e
                 raise
 
     def _row(self, response_id: str, what: str) -> Any:

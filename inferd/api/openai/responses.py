@@ -407,7 +407,7 @@ async def create_response(body: CreateResponse, request: Request, svc: Inference
                                     + builder.history_messages())
 
     if body.stream:
-        return sse_events(builder.run(stream), stream.aclose, save)
+        return sse_events(builder, stream, save)
     try:
         response = await cancel_on_disconnect(request, drain(builder, stream))
     finally:

@@ -208,6 +208,14 @@ class ResponseBuilder:
         for ev in self.finish(reason or "stop"):
             yield ev
 
+    def error_before(self, final: dict[str, Any], code: str, message: str) -> dict[str, Any]:
+        """An `error` event placed before the (already numbered) final event, which moves one on."""
+        err = {"type": "error", "sequence_number": final["sequence_number"], "code": code, "message": message,
+               "param": None}
+        final["sequence_number"] += 1
+        self.seq += 1
+        return err
+
     def history_messages(self) -> list[dict[str, Any]]:
         """This response's output as the assistant turn of the stored conversation (reasoning
         is output-only and is not replayed, as on chat completions)."""
@@ -238,22 +246,27 @@ async def drain(builder: ResponseBuilder, stream: Any) -> dict[str, Any]:
     return last["response"]
 
 
-def sse_events(events: AsyncIterator[dict[str, Any]], on_close: Callable[[], Awaitable[None]],
-               save: Callable[[dict[str, Any]], Awaitable[None]]) -> ClosingStream:
+def sse_events(builder: ResponseBuilder, stream: Any, save: Callable[[dict[str, Any]], Awaitable[None]]
+               ) -> ClosingStream:
     """`event: <type>` + `data: {json}` per event, as OpenAI streams responses (no [DONE]).
     The final response is stored before its event is sent, so a client that reads
-    response.completed can GET it at once."""
+    response.completed can GET it at once; if storing fails, an `error` event says so first
+    and the final response says `store: false` (never a silent loss)."""
 
     async def body() -> AsyncIterator[str]:
-        async for e in events:
+        async for e in builder.run(stream):
             if e["type"] in FINAL:
                 try:
                     await save(e["response"])
-                except Exception as exc:  # the answer is still the client's; say it was not kept
+                except Exception as exc:  # the answer is still the client's
                     log.error("storing response %s failed", e["response"]["id"], exc_info=exc)
+                    message = exc.message if isinstance(exc, InferdError) else "the response could not be stored"
+                    e = {**e, "response": {**e["response"], "store": False}}
+                    err = builder.error_before(e, "storage_failed", message)
+                    yield f"event: error\ndata: {_dumps(err)}\n\n"
             yield f"event: {e['type']}\ndata: {_dumps(e)}\n\n"
 
-    return ClosingStream(body(), on_close, "text/event-stream", SSE_HEADERS)
+    return ClosingStream(body(), on_close=stream.aclose, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 __all__ = ["ResponseBuilder", "drain", "sse_events"]
