@@ -174,6 +174,33 @@ def test_function_call_stream_events(srv):
     assert final["response"]["output"] == [item_done["item"]]
 
 
+def test_parallel_calls_stream_one_item_each(srv):
+    for seed in range(3):
+        evs = events(srv, input="weather and time?", tools=[WEATHER, TIME], tool_choice="required", seed=seed,
+                     max_output_tokens=400)
+        t = types(evs)
+        assert t[-1] == "response.completed"
+        calls = evs[-1]["response"]["output"]
+        assert calls and t[2:-1] == ["response.output_item.added", "response.function_call_arguments.delta",
+                                     "response.function_call_arguments.done", "response.output_item.done"] * len(calls)
+        assert [e["output_index"] for e in evs[2:-1]] == [i for i in range(len(calls)) for _ in range(4)]
+        for c in calls:
+            check_call(c)
+        assert len({c["call_id"] for c in calls}) == len(calls)
+
+
+def test_instructions_are_not_carried_over_by_previous_response_id(srv):
+    first = create(srv, input="hello", instructions="You are a pirate who talks a lot about ships.",
+                   max_output_tokens=2, grammar=ENDLESS)
+
+    def count(**body):
+        return post(srv, {"model": "tiny", "input": "more", "previous_response_id": first["id"], **body},
+                    "/v1/responses/input_tokens").json()["input_tokens"]
+
+    without, again = count(), count(instructions="You are a pirate who talks a lot about ships.")
+    assert again > without + 5
+
+
 def test_tool_round_trip_with_previous_response_id_reuses_the_prompt_cache(srv):
     first = create(srv, input="weather in Oslo?", tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
                    max_output_tokens=200)

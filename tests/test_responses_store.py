@@ -20,6 +20,7 @@ from inferd.errors import ConfigError, NotFound
 from inferd.storage.responses import ResponseStore, StoreCorrupt
 from tests.chat_fixtures import generator_dir
 from tests.server import serve
+from tests.test_conformance_openai import check
 
 ENDLESS = 'root ::= ([a-z]{4} " ")+ "zzzzzzzz."'
 
@@ -113,6 +114,8 @@ def test_a_failed_write_is_a_clear_error_never_a_silent_loss(models, tmp_path):
             evs = [json.loads(x[6:]) for x in st.iter_lines() if x.startswith("data: ")]
         assert [e["type"] for e in evs[-2:]] == ["error", "response.incomplete"]
         assert evs[-2]["code"] == "storage_failed" and evs[-1]["response"]["store"] is False
+        for e in evs:
+            check("ResponseStreamEvent", e)
         assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
         assert create(s, input="y", store=False, max_output_tokens=1)["store"] is False  # unstored still work
 
