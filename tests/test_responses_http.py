@@ -272,6 +272,20 @@ def test_reasoning_summary_events_carry_the_thinking(srv):
     assert rs["summary"] == [{"type": "summary_text", "text": rs["content"][0]["text"]}]
 
 
+def test_include_reasoning_encrypted_content_for_stateless_clients(srv):
+    r = create(srv, model="thinker", input="hi", reasoning={"effort": "high"}, grammar=SPLIT, store=False,
+               include=["reasoning.encrypted_content"], max_output_tokens=60)
+    rs, msg = r["output"]
+    assert rs["encrypted_content"] == rs["content"][0]["text"] and rs["encrypted_content"]
+    again = create(srv, model="thinker", store=False, max_output_tokens=4, grammar=ENDLESS,
+                   input=[{"role": "user", "content": "hi"}, rs, msg, {"role": "user", "content": "and?"}])
+    # Sent back, the reasoning item is not replayed: the prompt is the one without it.
+    plain = post(srv, {"model": "thinker", "input": [{"role": "user", "content": "hi"}, msg,
+                                                     {"role": "user", "content": "and?"}]},
+                 "/v1/responses/input_tokens").json()["input_tokens"]
+    assert again["usage"]["input_tokens"] == plain
+
+
 def test_reasoning_cut_by_max_output_tokens_is_all_reasoning_tokens(srv):
     r = create(srv, model="thinker", input="hi", reasoning={"effort": "medium"}, max_output_tokens=12, grammar=ENDLESS)
     assert r["status"] == "incomplete"
@@ -358,7 +372,7 @@ def test_cancel_is_only_for_background_responses(srv):
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}, "input[0].content"),
     ({"input": []}, "input"),
     ({"tool_choice": {"type": "allowed_tools", "tools": []}}, "tool_choice"),
-    ({"include": ["reasoning.encrypted_content"]}, "include"),
+    ({"include": ["message.output_text.logprobs"]}, "include"),
     ({"truncation": "auto"}, "truncation"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"temperature": 3}, "temperature"),

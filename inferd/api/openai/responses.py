@@ -35,6 +35,10 @@ EFFORTS = ("none", "minimal", "low", "medium", "high")
 SUMMARIES = ("auto", "concise", "detailed")
 METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512  # OpenAI's metadata bounds
 MAX_ITEMS = 4096
+# Stateless clients (store: false, e.g. Codex CLI) ask for reasoning they can send back. A local
+# server has nothing to hide from its own client: `encrypted_content` carries the reasoning text
+# as it is, and like any reasoning item sent back it is not replayed into the prompt.
+INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 
 
 # ---- wire request ----------------------------------------------------------------------------
@@ -106,10 +110,10 @@ def _refuse(body: BaseModel) -> None:
         raise InvalidInput("conversations are not supported; continue with previous_response_id", "conversation")
     if getattr(b, "prompt", None) is not None:
         raise InvalidInput("prompt templates are not supported; send input and instructions", "prompt")
-    include = getattr(b, "include", None)
-    if include:
-        raise InvalidInput(f"include {include[0]!r} is not supported: inferd's responses carry no extra "
-                           "includable data", "include")
+    for value in getattr(b, "include", None) or ():
+        if value not in INCLUDABLE:
+            raise InvalidInput(f"include {value!r} is not supported; inferd can include "
+                               f"{', '.join(sorted(INCLUDABLE))}", "include")
     if getattr(b, "top_logprobs", None):
         raise InvalidInput("top_logprobs is not supported on /v1/responses; use /v1/chat/completions", "top_logprobs")
     if getattr(b, "max_tool_calls", None) is not None:
@@ -395,7 +399,8 @@ async def create_response(body: CreateResponse, request: Request, svc: Inference
     store = store_of(request)
     history = await _history(store, body.previous_response_id)
     req = generate_request(body, history)
-    builder = ResponseBuilder(skeleton(body, req.model, body.previous_response_id), effort(body.reasoning)[1])
+    builder = ResponseBuilder(skeleton(body, req.model, body.previous_response_id), effort(body.reasoning)[1],
+                              reasoning_content="reasoning.encrypted_content" in (body.include or ()))
     stream = await cancel_on_disconnect(request, svc.open_generation(req))
     builder.base["model"] = stream.model
     keep = body.store is not False

@@ -44,8 +44,9 @@ def _id(prefix: str) -> str:
 class ResponseBuilder:
     """One response's output items and events. `base` is the Response object skeleton."""
 
-    def __init__(self, base: dict[str, Any], summary: bool = False):
+    def __init__(self, base: dict[str, Any], summary: bool = False, reasoning_content: bool = False):
         self.base, self.summary = base, summary
+        self.reasoning_content = reasoning_content  # include reasoning.encrypted_content (in plain)
         self.seq = 0
         self.item: dict[str, Any] | None = None  # the open reasoning or message item
         self.reasoning_tokens = 0
@@ -110,6 +111,8 @@ class ResponseBuilder:
             events.append(self._event("response.reasoning_summary_text.done", **at, text=part["text"]))
             events.append(self._event("response.reasoning_summary_part.done", **at, part=dict(s)))
             item["summary"] = [s]
+        if item["type"] == "reasoning" and self.reasoning_content:
+            item["encrypted_content"] = part["text"]
         item["status"] = status
         events.append(self._event("response.output_item.done", output_index=i, item=copy.deepcopy(item)))
         return events
