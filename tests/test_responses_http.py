@@ -12,6 +12,8 @@ import re
 import httpx
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.chat_fixtures import THINK_TEMPLATE, generator_dir
 from tests.server import serve
@@ -418,3 +420,25 @@ def test_input_tokens_counts_what_create_would_prefill(srv):
     assert n == r["usage"]["input_tokens"] and n > 10
     assert_envelope("openai", post(srv, {"model": "tiny", "input": "x", "previous_response_id": "resp_x"},
                                    "/v1/responses/input_tokens"), 404)
+
+
+# ---- never a 500 ------------------------------------------------------------------------------------
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=6),
+                    st.sampled_from(["message", "function_call", "function_call_output", "reasoning", "user",
+                                     "assistant", "input_text", "input_image", "output_text", "call_1", "{}"]))
+_json = st.recursive(_scalar, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(
+    st.sampled_from(["type", "role", "content", "text", "call_id", "name", "arguments", "output", "image_url",
+                     "file_id", "id"]), c, max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(inp=_json, extra=st.dictionaries(st.sampled_from(["tools", "tool_choice", "text", "reasoning", "include",
+                                                         "instructions", "metadata", "previous_response_id"]),
+                                        _json, max_size=2))
+def test_arbitrary_input_is_answered_never_a_500(srv, inp, extra):
+    r = post(srv, {"model": "tiny", "input": inp, "max_output_tokens": 1, **extra})
+    assert r.status_code in (200, 400, 404), r.text
+    if r.status_code == 200:
+        check("Response", r.json())
+    else:
+        assert_envelope("openai", r, r.status_code)
