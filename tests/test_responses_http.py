@@ -323,6 +323,23 @@ def test_a_stopped_stream_ends_with_response_failed(srv):
     assert final["output"][0]["status"] == "incomplete"
 
 
+def test_a_client_that_leaves_cancels_its_generation(srv):
+    import time
+
+    body = {"model": "tiny", "input": "go on", "max_output_tokens": 3000, "stream": True, "grammar": ENDLESS}
+    with httpx.stream("POST", srv.url + "/v1/responses", json=body, timeout=120) as r:
+        for x in r.iter_lines():
+            if '"response.output_text.delta"' in x:
+                break
+        [running] = srv.service.generation.streams  # running while the client reads
+    deadline = time.monotonic() + 30
+    while srv.service.generation.streams and time.monotonic() < deadline:  # the state, not a fixed sleep
+        time.sleep(0.02)
+    assert not srv.service.generation.streams
+    job = running.job
+    assert job is not None and job.cancelled and len(job.generated) < 3000  # stopped, not run to the end
+
+
 # ---- stored responses ---------------------------------------------------------------------------------
 def test_input_items_pages_as_openai(srv):
     items = [{"role": "user", "content": f"m{i}"} for i in range(5)]
