@@ -331,7 +331,9 @@ def test_a_client_that_leaves_cancels_its_generation(srv):
         for x in r.iter_lines():
             if '"response.output_text.delta"' in x:
                 break
-        [running] = srv.service.generation.streams  # running while the client reads
+        running_now = list(srv.service.generation.streams)
+        assert len(running_now) == 1, [y[:300] for y in r.iter_lines() if y.startswith("data: ")][-1]
+        [running] = running_now  # running while the client reads
     deadline = time.monotonic() + 30
     while srv.service.generation.streams and time.monotonic() < deadline:  # the state, not a fixed sleep
         time.sleep(0.02)
