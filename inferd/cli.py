@@ -77,14 +77,14 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--prep-threads", type=int, help="threads preparing requests: templates, tokenizing, grammars (default 4)")
     a("--max-file-bytes", type=int, help="largest uploaded file (default 32 MiB)")
     a("--max-files-total-bytes", type=int, help="quota of all uploaded files (default 1 GiB)")
-    a("--responses-max-count", type=int, help="stored /v1/responses kept at most; the oldest go first (default 10000)")
-    a("--responses-max-age", help="drop stored /v1/responses older than this (30d, 12h, seconds; 0 = never; "
-                                  "default 30d)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
                                        "here; needs --cluster-config and inferd[cluster]")
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
+    a("--responses-max-count", type=int, help="stored /v1/responses kept at most; the oldest go first (default 10000)")
+    a("--responses-max-age", help="drop stored /v1/responses older than this (30d, 12h, seconds; 0 = never; "
+                                  "default 30d)")
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
     a("--slots-show-prompts", action="store_const", const=True, default=None,
       help="GET /slots shows the text cached in each slot")
