@@ -83,6 +83,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
+    a("--responses-max-count", type=int, help="stored /v1/responses kept at most; the oldest go first (default 10000)")
+    a("--responses-max-age", help="drop stored /v1/responses older than this (30d, 12h, seconds; 0 = never; "
+                                  "default 30d)")
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
     a("--slots-show-prompts", action="store_const", const=True, default=None,
       help="GET /slots shows the text cached in each slot")

@@ -16,11 +16,11 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from inferd.errors import ConfigError
 
-_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from 300, "300", "5m", "1h", "250ms" (Ollama's keep_alive style).
+    """Seconds from 300, "300", "5m", "1h", "250ms" (Ollama's keep_alive style), or "30d".
     A negative value means forever (returned as inf)."""
     if isinstance(value, (int, float)):
         secs = float(value)
@@ -30,7 +30,7 @@ def parse_duration(value: Any) -> float:
         m = _DURATION.match(str(value))
         if not m:
             raise ValueError(f"not a duration: {value!r} (use e.g. 300, 30s, 5m, 1h)")
-        secs = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+        secs = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
     return float("inf") if secs < 0 else secs
 
 
@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     media_fetch_timeout: float = Field(10.0, gt=0)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
     max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
+    # Stored responses (/v1/responses, store: true): <data_dir>/responses.sqlite3, oldest dropped first.
+    responses_max_count: int = Field(10000, ge=1)
+    responses_max_age: float = Field(30 * 86400.0, ge=0)     # seconds (or "30d"); 0 = no age bound
     allow_downloads: bool = False               # a request naming a model that is not local may pull it
     download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
     ollama_registry: str = "https://registry.ollama.ai"
@@ -154,7 +157,7 @@ class Settings(BaseSettings):
     def _size(cls, v: Any) -> int:
         return parse_size(v)
 
-    @field_validator("keep_alive", "queue_timeout", "drain_timeout", mode="before")
+    @field_validator("keep_alive", "queue_timeout", "drain_timeout", "responses_max_age", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)

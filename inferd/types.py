@@ -65,6 +65,8 @@ class ChatOptions:
     json_format: Ollama's `format`: "json" or a JSON schema object.
     grammar: raw GBNF (OpenAI / Antfly extension).
     enable_thinking: True / False / None (the template's default).
+    reasoning_effort: OpenAI's effort level, validated by the face; "none" turns thinking off,
+        another level turns it on where the template can think (the engine bounds it).
     thinking_param: the request field to name in errors ("enable_thinking" or "think").
     tool_call_ids: "optional" where the face's history carries no call ids (Ollama)."""
 
@@ -75,6 +77,7 @@ class ChatOptions:
     json_format: Any = None
     grammar: str | None = None
     enable_thinking: bool | None = None
+    reasoning_effort: str | None = None   # none | minimal | low | medium | high (OpenAI); None: not asked
     thinking_param: str = "enable_thinking"
     tool_call_ids: Literal["required", "optional"] = "required"
 

@@ -33,10 +33,12 @@ from inferd.api.openai import files as openai_files
 from inferd.api import infill, llama_helpers, models_routes
 from inferd.api.ollama import manage as ollama_manage
 from inferd.api.openai import gen as openai_gen
+from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.service import InferenceService
+from inferd.storage.responses import ResponseStore
 
 # The embedding routes come first: the router tries routes in order, and each one tried costs
 # a few microseconds, a measurable share of a one-sentence embedding request. Their paths are
@@ -48,6 +50,7 @@ ROUTERS = [openai_embed.router, ollama_embed.router, antfly_embed.router,
            openai_audio.router, antfly_transcribe.router,
            antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
+ROUTERS.append(openai_responses.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
@@ -79,6 +82,10 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     """`inner_middleware`: (class, kwargs) pairs placed innermost, between the security and
     limit middleware and the router (the cluster ingress's forwarder goes there)."""
     service = service or InferenceService.from_settings(settings)
+    # Opened now, not on first use: a corrupt responses database stops the start (StoreCorrupt,
+    # naming the file) instead of failing requests later or being overwritten.
+    responses = ResponseStore.for_data_dir(settings.data_dir, max_count=settings.responses_max_count,
+                                           max_age=settings.responses_max_age)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,12 +94,14 @@ def create_app(settings: Settings, service: InferenceService | None = None,
             yield
         finally:
             await service.close()
+            responses.close()
             if service.observer.tracer is not None:  # flush the last spans
                 service.observer.tracer.close()
 
     app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.service = service
     app.state.settings = settings
+    app.state.responses = responses
 
     @app.exception_handler(InferdError)
     async def _domain(request: Request, exc: InferdError):

@@ -17,7 +17,7 @@ from inferd.errors import (Cancelled, CapabilityMissing, CpuUnsupported, Context
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized,
                            UnsupportedMediaType)
-from inferd.errors import InsufficientStorage, UpstreamFailed
+from inferd.errors import InsufficientStorage, StorageFailed, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
 
@@ -37,6 +37,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     Cancelled: (499, "cancelled", "CANCELLED"),
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
+    StorageFailed: (500, "server_error", "STORAGE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
     CpuUnsupported: (501, "not_implemented_error", "CPU_UNSUPPORTED"),
     UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),

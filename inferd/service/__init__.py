@@ -173,6 +173,9 @@ class InferenceService:
     async def generate_batch(self, reqs: list[GenerateRequest | InferdError]) -> list[Generation | InferdError]:
         return await self.generation.generate_batch(reqs)
 
+    async def count_prompt_tokens(self, req: GenerateRequest) -> tuple[str, int]:
+        return await self.generation.count_prompt_tokens(req)
+
     async def load_generator(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         return await self.generation.load(model, keep_alive)
 

@@ -390,6 +390,25 @@ class GenerationService:
         async with self.admission.slot(weight=max(1, work)):
             return list(await asyncio.gather(*(one(r) for r in reqs)))
 
+    async def count_prompt_tokens(self, req: GenerateRequest) -> tuple[str, int]:
+        """-> (model, the prompt tokens `req` would use): rendered with its template, tools and
+        thinking exactly as a generation would be (every 400 the same), without generating.
+        Image parts count as their text markers; the images themselves are not decoded."""
+        check_engine_limits(req)
+        spec = self.spec(req.model)
+        req.model = spec.name
+        async with self.admission.slot(), self.registry.use(spec.name, GEN) as handle:
+            assert isinstance(handle, GeneratorHandle)
+
+            def count(rt: GeneratorRuntime) -> int:
+                p = prepare(rt, req)
+                for sampler in [p.sampler, *(s for s, _o in p.more)]:
+                    sampler.close()
+                _close_media(p.media)
+                return len(p.prompt)
+
+            return spec.name, await self.prep.run(count, handle.backend)
+
     async def load(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         """Load (or, with keep_alive 0, unload) a generator without generating: Ollama's
         empty-prompt request."""
