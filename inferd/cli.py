@@ -83,6 +83,11 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
+    a("--cache-dir", help="disk prompt cache: KV states of prompt prefixes kept in this folder across "
+      "restarts (off unless given)")
+    a("--cache-disk-size", help="bytes the --cache-dir folder may hold, all models together, least recently "
+      "used out first (default 2GiB)")
+    a("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore files (off unless given)")
     a("--slots-show-prompts", action="store_const", const=True, default=None,
       help="GET /slots shows the text cached in each slot")
     a("--otlp-endpoint", help="export OpenTelemetry traces over OTLP/HTTP to this collector (needs inferd[otel])")

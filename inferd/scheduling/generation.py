@@ -43,6 +43,7 @@ from typing import Any, cast
 from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded,
                            copy_error)
 from inferd.observability.stats import GenStats
+from inferd.scheduling.disk_cache import DiskCache
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
@@ -61,11 +62,13 @@ class GenerationEngine:
     """`max_waiting` bounds the jobs waiting for a slot: beyond it `submit` refuses with
     Overloaded (503 + retry_after_ms), so no request can grow the queue without bound."""
 
-    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0):
+    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0,
+                 disk_cache: DiskCache | None = None):
         self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
         # --cache-ram: KV states of evicted sequences in host memory (state_cache.py)
         self.host_cache = HostCache(host_cache_bytes) if host_cache_bytes > 0 and hasattr(backend, "seq_state") \
             else None
+        self.disk_cache = disk_cache  # --cache-dir: states that outlive the process (disk_cache.py)
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
@@ -133,6 +136,8 @@ class GenerationEngine:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
+        if self.disk_cache is not None:
+            self.disk_cache.close()
         return not self._thread.is_alive()
 
     # ---- worker thread ----------------------------------------------------------------------
@@ -271,6 +276,12 @@ class GenerationEngine:
                     donor, keep, own.cache = None, n, prompt[:n]
                 else:  # the slot was emptied for the failed restore
                     keep, own.cache = 0, []
+        if not restored and self.disk_cache is not None and job.prompt_cache and not job.media:
+            n = self.disk_cache.restore(self.backend, own.id, prompt, limit, key, max(keep, donor_keep))
+            if n:  # loaded (n > 0) or the slot emptied by a failed load (-1)
+                restored, donor, keep = True, None, max(n, 0)
+                own.cache = prompt[:keep]
+                self.stats.disk_cache_restored_tokens += keep
         if restored:
             pass
         elif donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
@@ -284,6 +295,10 @@ class GenerationEngine:
             own.cache = []
         else:
             own.cache = own.cache[:keep]
+        if keep and self._lost_cells(own):  # a sliding-window cache dropped cells this prefix needs
+            self.backend.seq_rm(own.id, -1, -1)
+            keep, own.cache = 0, []
+            self.stats.prompt_cache_refused += 1
         job.slot, job.cached, job.t_admitted = own.id, keep, now
         own.key = key if key is not None else own.key
         self.stats.prompt_tokens += len(prompt)
@@ -416,6 +431,13 @@ class GenerationEngine:
         self.stats.host_cache_restored_tokens += n
         return True
 
+    def _lost_cells(self, slot: Slot) -> bool:
+        """Does the sequence lack cells before its end? A sliding-window (SWA) or recurrent cache
+        that keeps only recent cells cannot resume a prefix it has cut (llama-server's "forcing
+        full prompt re-processing"); the context keeps every cell (swa_full), so this is the guard."""
+        pos_min = getattr(self.backend, "seq_pos_min", None)
+        return pos_min is not None and pos_min(slot.id) > 0
+
     # ---- speculation (speculation.py) and context shift ----------------------------------------
     def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
         """Append each speculating sequence's draft to its entry (want = 1 + draft tokens),
@@ -527,6 +549,9 @@ class GenerationEngine:
                 slot.cache = []
                 if job.speculation is not None and job.speculation.drafter is not None:  # nor in a draft's cache
                     job.speculation.drafter.forget(slot.id)
+            elif self.disk_cache is not None and reason in ("stop", "length") and len(job.group) == 1:
+                self.disk_cache.offer(slot.cache, job.cache_key, functools.partial(
+                    cast(Any, self.backend).seq_state, slot.id))
         try:
             job.sampler.close()
         except Exception:
@@ -558,6 +583,11 @@ class GenerationEngine:
             s.cache = []
         if self.host_cache is not None:  # states computed with the old weights (or a failed step)
             self.host_cache = HostCache(self.host_cache.capacity)
+        if self.disk_cache is not None:  # a new LoRA set is a new identity: other entries apply
+            try:
+                self.disk_cache.refresh()
+            except Exception:
+                log.exception("refreshing the disk prompt cache failed")
         try:
             self.backend.clear()
         except Exception:

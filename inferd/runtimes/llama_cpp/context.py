@@ -55,6 +55,7 @@ class LlamaContext:
         self.mem = L.llama_get_memory(ctx)
         self.batch = L.llama_batch_init(cfg.n_batch, 0, cfg.n_seq)
         self._adapters: dict[str, ctypes.c_void_p] = {}
+        self.adapter = ""  # the LoRA set applied now ("path@scale"), part of the disk cache's identity
 
     def close(self) -> None:
         if self.ptr:
@@ -161,12 +162,30 @@ class LlamaContext:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         return L.llama_state_seq_set_data(self.ptr, buf, len(data), seq) > 0
 
+    def seq_pos_min(self, seq: int) -> int:
+        """The smallest position `seq` still holds in every layer's cache (-1: empty). Above 0
+        when a sliding-window cache dropped cells: the prefix can then not be reused."""
+        return int(L.llama_memory_seq_pos_min(self.mem, seq))
+
+    def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
+        """llama.cpp's own sequence file (llama-server's slot save format); bytes written."""
+        arr = (L.llama_token * len(tokens))(*tokens)
+        return int(L.llama_state_seq_save_file(self.ptr, path.encode(), seq, arr, len(tokens)))
+
+    def load_seq_file(self, seq: int, path: str, capacity: int) -> tuple[int, list[int]]:
+        """(bytes read, tokens) of a sequence file loaded into `seq`; 0 bytes on failure."""
+        arr = (L.llama_token * capacity)()
+        n = ctypes.c_size_t(0)
+        got = L.llama_state_seq_load_file(self.ptr, path.encode(), seq, arr, capacity, ctypes.byref(n))
+        return int(got), list(arr[:n.value]) if got else []
+
     # ---- LoRA -------------------------------------------------------------------------------
     def set_adapter(self, path: str | None, scale: float = 1.0) -> None:
         """Apply one LoRA adapter (None: base weights). The KV cache was computed with the old
         weights, so callers clear it (GenerationEngine.call_when_idle does)."""
         if path is None:
             L.llama_set_adapters_lora(self.ptr, None, 0, None)
+            self.adapter = ""
             return
         ad = self._adapters.get(path)
         if ad is None:
@@ -178,3 +197,5 @@ class LlamaContext:
         rc = L.llama_set_adapters_lora(self.ptr, arr, 1, (ctypes.c_float * 1)(scale))
         if rc != 0:
             raise InvalidInput(f"llama.cpp refused LoRA adapter {path} (code {rc})")
+        self.adapter = f"{path}@{scale}"
+

@@ -201,6 +201,36 @@ class LlamaGenerator:
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         return self.ctx.set_seq_state(seq, data)
 
+    def seq_pos_min(self, seq: int) -> int:
+        return self.ctx.seq_pos_min(seq)
+
+    def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
+        return self.ctx.save_seq_file(seq, path, tokens)
+
+    def load_seq_file(self, seq: int, path: str) -> tuple[int, list[int]]:
+        return self.ctx.load_seq_file(seq, path, self.n_ctx_seq)
+
+    def cache_identity(self) -> dict[str, str]:
+        """What a saved sequence state depends on (the disk prompt cache's key): the model file,
+        and the context config it was computed under."""
+        import llama_cpp
+
+        build = f"{llama_cpp.__version__} {llama_cpp.llama_print_system_info().decode(errors='replace')}"
+        return {"model": str(self.model.path.resolve()), "file": self._file_identity,
+                "config": f"n_ctx={self.n_ctx_seq};kv={self.cache_dtype};lora={self.ctx.adapter};build={build}"}
+
+    @cached_property
+    def _file_identity(self) -> str:
+        """Size, mtime and a hash of the first MiB: a replaced file differs, and a start does
+        not read gigabytes of weights to know it."""
+        import hashlib
+
+        p = self.model.path
+        st = p.stat()
+        with open(p, "rb") as f:
+            head = hashlib.sha256(f.read(1 << 20)).hexdigest()
+        return f"{st.st_size}:{st.st_mtime_ns}:{head}"
+
     def argmax(self, row: int) -> int:
         """The greedy token of one row (a draft model's proposal)."""
         return int(self.ctx.logits(row).argmax())
