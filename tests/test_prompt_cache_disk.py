@@ -323,7 +323,10 @@ def test_gemma_sliding_window_second_turn_reuses_and_equals_cold(tmp_path):
     g = load(path, cache)  # restart: from disk
     try:
         disk = run(g, turn2, 16)
-        assert disk.last.usage.cached_prompt_tokens >= len(prompt)
+        # the second turn's own prompt checkpoint, resumed at its last token (a state of a SWA
+        # model cannot be cut back further: llama.cpp saved only the window's cells)
+        assert disk.last.usage.cached_prompt_tokens == len(turn2) - 1
+        assert g.engine.stats.prompt_cache_refused == 0
         assert g.engine.stats.disk_cache_restored_tokens == disk.last.usage.cached_prompt_tokens
     finally:
         g.close()
@@ -335,3 +338,32 @@ def test_gemma_sliding_window_second_turn_reuses_and_equals_cold(tmp_path):
         g.close()
     assert warm.tokens == cold.tokens
     assert disk.tokens == cold.tokens
+
+
+@pytest.mark.slow
+def test_gemma_host_cache_state_cut_past_the_window_is_refused_not_misused(tmp_path):
+    """--cache-ram on gemma-3, one slot: a conversation is evicted to host RAM, then a prompt
+    sharing only its first part arrives. Its saved state holds the sliding-window layers' cells
+    near its end only, so cut back it cannot be resumed: the reuse is refused (counted) and
+    the prompt prefilled whole, with the tokens of a cold run."""
+    from inferd.registry.builtins import gemma_270m_path
+
+    spec = make_spec("g", gemma_270m_path(), "cli", ModelKind.GENERATOR)
+    g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=1, n_ctx=2048,
+                                                                    cache_ram=256 << 20))
+    try:
+        tok = g.backend.tokenize
+        a = tok("A long story about a lighthouse keeper and the sea. " * 60)
+        run(g, a, 2)
+        run(g, tok("Something else entirely, about mountains. " * 8), 2)  # evicts `a` to host RAM
+        assert len(g.engine.host_cache) == 1
+        b = a[:300] + tok(" But the keeper was tired.", add_special=False)
+        cut = run(g, b, 12)
+        assert g.engine.stats.prompt_cache_refused == 1
+        assert cut.last.usage.cached_prompt_tokens == 0
+        g.engine.call_when_idle(lambda: None).result(30)  # drop every cache
+        cold = run(g, b, 12)
+        assert cold.last.usage.cached_prompt_tokens == 0
+        assert cut.tokens == cold.tokens
+    finally:
+        g.close()

@@ -66,8 +66,13 @@ class DiskCache:
     MIN_TOKENS = 32  # as the host cache: shorter prompts are cheaper to prefill than to load
 
     def __init__(self, root: Path, capacity: int, describe: Callable[[], Mapping[str, str]],
-                 max_pending: int | None = None):
+                 max_pending: int | None = None, reuse_floor: Callable[[int], int] | None = None):
         self.root, self.capacity, self._describe = Path(root), capacity, describe
+        # reuse_floor(n): the shortest prefix a state of n tokens can be cut back to (backend's);
+        # when states cannot be cut far (sliding window), the prompt's own state is kept as a
+        # checkpoint beside the longer final one instead of being superseded by it
+        self._floor = reuse_floor or (lambda n: 0)
+        self.checkpoints = self._floor(1 << 20) > 0
         self.max_pending = max_pending if max_pending is not None else max(capacity // 4, 64 << 20)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -159,6 +164,8 @@ class DiskCache:
             entries = list(self._index.values())
         for m in entries:
             n = min(_common(m.tokens, prompt), limit)
+            if n < self._floor(len(m.tokens)):
+                continue  # this state cannot be resumed that far back
             mine = key is not None and m.key == key
             if n > best or (n == best and n > 0 and mine and not keyed):
                 best, hit, keyed = n, m, mine
@@ -201,17 +208,22 @@ class DiskCache:
         if n < len(meta.tokens) and not backend.seq_rm(seq, n, -1):
             backend.seq_rm(seq, -1, -1)  # this memory cannot be cut partially: start over
             return -1
+        check = getattr(backend, "reusable", None)
+        if check is not None and not check(seq, n):
+            backend.seq_rm(seq, -1, -1)  # it lacks cells position n attends to: prefill instead
+            return -1
         self.hits += 1
         self.restored_tokens += n
         return n
 
     # ---- saves (worker thread enqueues, the writer writes) -----------------------------------------
     def covered(self, tokens: tuple[int, ...], key: str | None) -> bool:
-        """An entry already holds these tokens (or more, starting with them)."""
+        """An entry already holds these tokens (or more, starting with them, and can be cut back
+        to them)."""
         with self._lock:
             for m in self._index.values():
                 if len(m.tokens) >= len(tokens) and m.tokens[:len(tokens)] == tokens \
-                        and (key is None or m.key == key):
+                        and (key is None or m.key == key) and self._floor(len(m.tokens)) <= len(tokens):
                     return True
         return False
 
@@ -305,6 +317,8 @@ class DiskCache:
             self._index[name] = meta
             old = [m for nm, m in self._index.items() if nm != name and len(m.tokens) < len(toks)
                    and toks[:len(m.tokens)] == m.tokens and m.key == key]
+        if self.checkpoints:
+            old = []  # a state cut back that far could not be resumed: keep the shorter one
         for m in old:  # superseded by this longer sequence
             try:
                 m.path.unlink(missing_ok=True)

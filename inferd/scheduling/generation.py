@@ -191,6 +191,8 @@ class GenerationEngine:
                 continue
             self.slots[seq].cache.extend(toks)
             if row >= 0:
+                if not job.generated and self.disk_cache is not None and self.disk_cache.checkpoints:
+                    self._checkpoint(job)  # prefill done: the prompt's state, resumable on SWA models
                 if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
                     self._fork(job, row, now)
                 self._on_token(job, row, now)
@@ -278,6 +280,8 @@ class GenerationEngine:
                     keep, own.cache = 0, []
         if not restored and self.disk_cache is not None and job.prompt_cache and not job.media:
             n = self.disk_cache.restore(self.backend, own.id, prompt, limit, key, max(keep, donor_keep))
+            if n < 0:
+                self.stats.prompt_cache_refused += 1
             if n:  # loaded (n > 0) or the slot emptied by a failed load (-1)
                 restored, donor, keep = True, None, max(n, 0)
                 own.cache = prompt[:keep]
@@ -295,7 +299,7 @@ class GenerationEngine:
             own.cache = []
         else:
             own.cache = own.cache[:keep]
-        if keep and self._lost_cells(own):  # a sliding-window cache dropped cells this prefix needs
+        if keep and not self._reusable(own, keep):  # a sliding-window cache lacks cells this prefix needs
             self.backend.seq_rm(own.id, -1, -1)
             keep, own.cache = 0, []
             self.stats.prompt_cache_refused += 1
@@ -431,12 +435,21 @@ class GenerationEngine:
         self.stats.host_cache_restored_tokens += n
         return True
 
-    def _lost_cells(self, slot: Slot) -> bool:
-        """Does the sequence lack cells before its end? A sliding-window (SWA) or recurrent cache
-        that keeps only recent cells cannot resume a prefix it has cut (llama-server's "forcing
-        full prompt re-processing"); the context keeps every cell (swa_full), so this is the guard."""
-        pos_min = getattr(self.backend, "seq_pos_min", None)
-        return pos_min is not None and pos_min(slot.id) > 0
+    def _checkpoint(self, job: Job) -> None:
+        """Offer the job's sequence as it stands to the disk cache (written off this thread)."""
+        assert self.disk_cache is not None and job.slot is not None
+        if job.prompt_cache and not job.media and not job.shifted:
+            self.disk_cache.offer(self.slots[job.slot].cache, job.cache_key,
+                                  functools.partial(cast(Any, self.backend).seq_state, job.slot))
+
+    def _reusable(self, slot: Slot, keep: int) -> bool:
+        """Does the sequence, cut to `keep` tokens, still hold the cells its next position
+        attends to? A live slot does (the context keeps every cell: swa_full), but a state
+        restored from RAM or disk holds a sliding-window layer's cells only near its end, so
+        cut further back it cannot be resumed (llama-server's "forcing full prompt
+        re-processing"): then the prompt is prefilled whole, counted in prompt_cache_refused."""
+        check = getattr(self.backend, "reusable", None)
+        return check is None or check(slot.id, keep)
 
     # ---- speculation (speculation.py) and context shift ----------------------------------------
     def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
@@ -550,8 +563,7 @@ class GenerationEngine:
                 if job.speculation is not None and job.speculation.drafter is not None:  # nor in a draft's cache
                     job.speculation.drafter.forget(slot.id)
             elif self.disk_cache is not None and reason in ("stop", "length") and len(job.group) == 1:
-                self.disk_cache.offer(slot.cache, job.cache_key, functools.partial(
-                    cast(Any, self.backend).seq_state, slot.id))
+                self._checkpoint(job)
         try:
             job.sampler.close()
         except Exception:

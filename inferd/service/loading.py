@@ -51,7 +51,8 @@ def _generator(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
     disk = None
     if opts.cache_dir and opts.cache_disk_size > 0:  # scheduling/disk_cache.py
         try:
-            disk = DiskCache(Path(opts.cache_dir), opts.cache_disk_size, backend.cache_identity)
+            disk = DiskCache(Path(opts.cache_dir), opts.cache_disk_size, backend.cache_identity,
+                             reuse_floor=backend.reuse_floor)
         except OSError as e:
             backend.close()
             raise ModelLoadFailed(f"model '{spec.name}': cannot use --cache-dir {opts.cache_dir}: {e}") from e

@@ -201,8 +201,34 @@ class LlamaGenerator:
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         return self.ctx.set_seq_state(seq, data)
 
-    def seq_pos_min(self, seq: int) -> int:
-        return self.ctx.seq_pos_min(seq)
+    @cached_property
+    def _memory_kind(self) -> tuple[int, bool]:
+        """(sliding window in tokens or 0, recurrent or hybrid)."""
+        import llama_cpp as L
+
+        m = self.model.ptr
+        return int(L.llama_model_n_swa(m)), bool(L.llama_model_is_recurrent(m) or L.llama_model_is_hybrid(m))
+
+    def reuse_floor(self, n_tokens: int) -> int:
+        """The shortest prefix a saved state of `n_tokens` (llama_state_seq_get_data) can be cut
+        back to and still be resumed. llama.cpp writes a sliding-window layer's cells only within
+        the window of the sequence's last position (swa_full or not), so a restored SWA state
+        resumes at its end or one token before it (the last prompt token decoded again), never
+        further back; a recurrent state only at its end."""
+        n_swa, recurrent = self._memory_kind
+        if recurrent:
+            return n_tokens
+        return n_tokens - 1 if n_swa and n_tokens > n_swa else 0
+
+    def reusable(self, seq: int, n: int) -> bool:
+        """May `seq`, cut to its first `n` tokens, be resumed at position n? Its cells must reach
+        back as far as the window of position n (llama.cpp's SWA mask: a key at p0 is seen from
+        p1 when p1 - p0 < n_swa); without a window every cell from 0 is needed."""
+        pos_min = self.ctx.seq_pos_min(seq)
+        if pos_min <= 0:
+            return True
+        n_swa, _recurrent = self._memory_kind
+        return bool(n_swa) and pos_min <= n - n_swa + 1
 
     def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
         return self.ctx.save_seq_file(seq, path, tokens)
