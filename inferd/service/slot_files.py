@@ -15,8 +15,8 @@ Every action runs on the model's worker thread once the jobs submitted before it
 (GenerationEngine.call_when_idle, without clearing the cache): a slot is never saved or
 overwritten while it decodes, as llama-server defers a slot task until the slot is idle.
 
-Model: `?model=` names the generator (loaded if needed); without it, the only loaded
-generator, else the only served one; several and none named is a 400."""
+Model: `?model=` names the generator (loaded if needed); it may be left out only when the
+server serves a single generator (never "the one loaded now": that changes with traffic)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,10 @@ def check_filename(name: object) -> str:
 def pick_generator(svc: Any, model: str | None) -> str:
     if model is not None:
         return svc.resolve(model, ModelKind.GENERATOR).name  # 404 unknown, 400 not a generator
-    loaded = [m["name"] for m in svc.loaded() if m.get("kind") == ModelKind.GENERATOR.value]
-    if len(loaded) == 1:
-        return loaded[0]
     served = [s.name for s in svc.models(ModelKind.GENERATOR)]
-    if len(served) == 1 and not loaded:
+    if len(served) == 1:  # not "the loaded one": which is loaded changes; the answer must not
         return served[0]
-    raise InvalidInput("this server has several generators (or none): name one with ?model=", "model")
+    raise InvalidInput(f"this server serves {len(served)} generators: name one with ?model=", "model")
 
 
 async def slot_action(svc: Any, folder: Path | None, id_slot: int, action: str, filename: object,
@@ -68,7 +66,7 @@ async def slot_action(svc: Any, folder: Path | None, id_slot: int, action: str, 
             raise InvalidInput(f"Invalid slot ID {id_slot}: this model has slots 0-{len(engine.slots) - 1}", "id_slot")
         if action == "restore" and not (folder / str(name)).is_file():
             raise NotFound(f"no saved slot file {name!r}")
-        fn = {"save": _save, "restore": _restore, "erase": _erase}[action]
+        fn = _ACTIONS[action]
         fut = engine.call_when_idle(lambda: fn(engine, id_slot, folder, name), reset_cache=False)
         out: dict[str, Any] = await asyncio.wrap_future(fut)
         return out
@@ -111,9 +109,13 @@ def _restore(engine: Any, i: int, folder: Path, name: str) -> dict[str, Any]:
             "timings": {"restore_ms": (time.perf_counter() - t0) * 1000}}
 
 
-def _erase(engine: Any, i: int, folder: Path, name: None) -> dict[str, Any]:
+def _erase(engine: Any, i: int, folder: Path, name: Any) -> dict[str, Any]:
     slot = engine.slots[i]
     n = len(slot.cache)
     engine.backend.seq_rm(i, -1, -1)
     slot.cache, slot.key = [], None
     return {"id_slot": i, "n_erased": n}
+
+
+_ACTIONS: dict[str, Callable[[Any, int, Path, Any], dict[str, Any]]] = {"save": _save, "restore": _restore,
+                                                                      "erase": _erase}
