@@ -344,8 +344,8 @@ def test_gemma_sliding_window_second_turn_reuses_and_equals_cold(tmp_path):
 def test_gemma_host_cache_state_cut_past_the_window_is_refused_not_misused(tmp_path):
     """--cache-ram on gemma-3, one slot: a conversation is evicted to host RAM, then a prompt
     sharing only its first part arrives. Its saved state holds the sliding-window layers' cells
-    near its end only, so cut back it cannot be resumed: the reuse is refused (counted) and
-    the prompt prefilled whole, with the tokens of a cold run."""
+    near its end only, so cut back it cannot be resumed: it is not used and the prompt is
+    prefilled whole, with the tokens of a cold run."""
     from inferd.registry.builtins import gemma_270m_path
 
     spec = make_spec("g", gemma_270m_path(), "cli", ModelKind.GENERATOR)
@@ -359,11 +359,23 @@ def test_gemma_host_cache_state_cut_past_the_window_is_refused_not_misused(tmp_p
         assert len(g.engine.host_cache) == 1
         b = a[:300] + tok(" But the keeper was tired.", add_special=False)
         cut = run(g, b, 12)
-        assert g.engine.stats.prompt_cache_refused == 1
-        assert cut.last.usage.cached_prompt_tokens == 0
+        assert cut.last.usage.cached_prompt_tokens == 1  # BOS, from the slot's live sequence only
+        assert g.engine.stats.host_cache_restored_tokens == 0  # not even loaded: it could not be resumed
         g.engine.call_when_idle(lambda: None).result(30)  # drop every cache
         cold = run(g, b, 12)
         assert cold.last.usage.cached_prompt_tokens == 0
         assert cut.tokens == cold.tokens
+        run(g, a, 2)
+        n = len(g.engine.slots[0].cache)
+        assert n > 512
+
+        def probe():  # the guard itself: a restored state resumes at its end, not 300 tokens in
+            be = g.backend
+            data = be.seq_state(0)
+            be.seq_rm(0, -1, -1)
+            assert be.set_seq_state(0, data)
+            return be.reusable(0, n), be.reusable(0, n - 1), be.reusable(0, 300)
+
+        assert g.engine.call_when_idle(probe, reset_cache=False).result(30) == (True, True, False)
     finally:
         g.close()

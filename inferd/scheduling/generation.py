@@ -270,7 +270,7 @@ class GenerationEngine:
         restored = False
         if self.host_cache is not None and job.prompt_cache:
             self._to_host(own, keep)
-            n, hit = self.host_cache.best(prompt, limit)
+            n, hit = self.host_cache.best(prompt, limit, getattr(self.backend, "reuse_floor", None))
             n = snap_to_media(job, n)  # never inside an image span
             if hit is not None and n > donor_keep:
                 restored = self._from_host(own, hit, n)
