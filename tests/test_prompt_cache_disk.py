@@ -379,3 +379,27 @@ def test_gemma_host_cache_state_cut_past_the_window_is_refused_not_misused(tmp_p
         assert g.engine.call_when_idle(probe, reset_cache=False).result(30) == (True, True, False)
     finally:
         g.close()
+
+
+def test_a_lora_switch_is_another_identity(tmp_path):
+    """States computed under a LoRA adapter are never restored into the base weights, and the
+    adapter's own come back when it is applied again."""
+    import asyncio
+
+    from tests.chat_fixtures import LORA
+
+    cache = tmp_path / "cache"
+    g = load(GGUF / "tiny-llama.gguf", cache)
+    try:
+        prompt = g.backend.tokenize(TEXT)
+        asyncio.run(g.set_lora("l", LORA))
+        with_lora = run(g, prompt)
+        asyncio.run(g.set_lora(None, None))
+        base = run(g, prompt)
+        assert base.last.usage.cached_prompt_tokens == 0 and g.engine.disk_cache.hits == 0
+        asyncio.run(g.set_lora("l", LORA))
+        again = run(g, prompt)
+        assert again.last.usage.cached_prompt_tokens == len(prompt) - 1 and g.engine.disk_cache.hits == 1
+        assert again.tokens == with_lora.tokens
+    finally:
+        g.close()

@@ -77,7 +77,9 @@ class DiskCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._index: dict[str, Meta] = {}           # file name -> usable entry of this identity
-        self._queue: collections.deque[tuple[tuple[int, ...], str | None, bytes]] = collections.deque()
+        # (identity and name tag at the time of the copy, tokens, key, state)
+        self._queue: collections.deque[tuple[Identity, str, tuple[int, ...], str | None, bytes]] = \
+            collections.deque()
         self._pending = 0
         self._cond = threading.Condition(self._lock)
         self._busy = False
@@ -245,7 +247,7 @@ class DiskCache:
         if not data or len(data) > self.capacity:
             return False
         with self._cond:
-            self._queue.append((toks, key, data))
+            self._queue.append((self.ident, self.tag, toks, key, data))
             self._pending += len(data)
             self._cond.notify_all()
         return True
@@ -268,11 +270,12 @@ class DiskCache:
             self._cond.notify_all()
         self._writer.join(timeout)
 
-    def _name(self, toks: tuple[int, ...], key: str | None) -> str:
+    @staticmethod
+    def _name(tag: str, toks: tuple[int, ...], key: str | None) -> str:
         if key is not None:
-            return f"{self.tag}-k-{hashlib.sha256(key.encode()).hexdigest()[:24]}{SUFFIX}"
+            return f"{tag}-k-{hashlib.sha256(key.encode()).hexdigest()[:24]}{SUFFIX}"
         raw = struct.pack(f"<{len(toks)}i", *toks)
-        return f"{self.tag}-p-{hashlib.sha256(raw).hexdigest()[:24]}{SUFFIX}"
+        return f"{tag}-p-{hashlib.sha256(raw).hexdigest()[:24]}{SUFFIX}"
 
     def _write_loop(self) -> None:
         while True:
@@ -281,10 +284,10 @@ class DiskCache:
                     self._cond.wait()
                 if not self._queue:
                     return
-                toks, key, data = self._queue.popleft()
+                ident, tag, toks, key, data = self._queue.popleft()
                 self._busy = True
             try:
-                self._write(toks, key, data)
+                self._write(ident, tag, toks, key, data)
             except Exception:
                 log.exception("prompt cache: writing an entry failed")
                 self.write_errors += 1
@@ -294,8 +297,8 @@ class DiskCache:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _write(self, toks: tuple[int, ...], key: str | None, data: bytes) -> None:
-        ident, name = self.ident, self._name(toks, key)
+    def _write(self, ident: Identity, tag: str, toks: tuple[int, ...], key: str | None, data: bytes) -> None:
+        name = self._name(tag, toks, key)
         self._make_room(len(data))
         path = self.root / name
         try:

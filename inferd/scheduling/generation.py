@@ -595,11 +595,6 @@ class GenerationEngine:
             s.cache = []
         if self.host_cache is not None:  # states computed with the old weights (or a failed step)
             self.host_cache = HostCache(self.host_cache.capacity)
-        if self.disk_cache is not None:  # a new LoRA set is a new identity: other entries apply
-            try:
-                self.disk_cache.refresh()
-            except Exception:
-                log.exception("refreshing the disk prompt cache failed")
         try:
             self.backend.clear()
         except Exception:
@@ -612,7 +607,10 @@ class GenerationEngine:
             try:
                 if reset:
                     self._reset_cache()
-                fut.set_result(fn())
+                result = fn()
+                if reset and self.disk_cache is not None:  # after a LoRA switch: another identity
+                    self.disk_cache.refresh()
+                fut.set_result(result)
             except BaseException as e:
                 fut.set_exception(e)
 
