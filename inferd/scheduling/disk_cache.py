@@ -83,6 +83,7 @@ class DiskCache:
         self._pending = 0
         self._cond = threading.Condition(self._lock)
         self._busy = False
+        self._inflight: list[tuple[Identity, str, tuple[int, ...], str | None, bytes]] = []
         self._closing = False
         # counters (/metrics)
         self.hits = self.restored_tokens = self.writes = self.written_bytes = 0
@@ -223,6 +224,9 @@ class DiskCache:
         """An entry already holds these tokens (or more, starting with them, and can be cut back
         to them)."""
         with self._lock:
+            for _i, _t, q, k, _d in [*self._queue, *self._inflight]:  # queued or being written
+                if q == tokens and k == key:
+                    return True
             for m in self._index.values():
                 if len(m.tokens) >= len(tokens) and m.tokens[:len(tokens)] == tokens \
                         and (key is None or m.key == key) and self._floor(len(m.tokens)) <= len(tokens):
@@ -284,8 +288,9 @@ class DiskCache:
                     self._cond.wait()
                 if not self._queue:
                     return
-                ident, tag, toks, key, data = self._queue.popleft()
-                self._busy = True
+                item = self._queue.popleft()
+                ident, tag, toks, key, data = item
+                self._busy, self._inflight = True, [item]
             try:
                 self._write(ident, tag, toks, key, data)
             except Exception:
@@ -294,7 +299,7 @@ class DiskCache:
             finally:
                 with self._cond:
                     self._pending -= len(data)
-                    self._busy = False
+                    self._busy, self._inflight = False, []
                     self._cond.notify_all()
 
     def _write(self, ident: Identity, tag: str, toks: tuple[int, ...], key: str | None, data: bytes) -> None:

@@ -156,7 +156,7 @@ class LlamaContext:
         n = L.llama_state_seq_get_size(self.ptr, seq)
         buf = (ctypes.c_uint8 * n)()
         got = L.llama_state_seq_get_data(self.ptr, buf, n, seq)
-        return bytes(buf[:got])
+        return ctypes.string_at(buf, got)  # one copy; bytes(buf[:got]) built a list of ints first
 
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
