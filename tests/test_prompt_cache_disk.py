@@ -403,3 +403,22 @@ def test_a_lora_switch_is_another_identity(tmp_path):
         assert again.tokens == with_lora.tokens
     finally:
         g.close()
+
+
+def test_prompt_cache_key_names_the_entry_across_a_restart(tmp_path):
+    """OpenAI's prompt_cache_key: the entry is the key's file, replaced turn by turn, and
+    found again by the next server."""
+    models, cache = tmp_path / "models", tmp_path / "cache"
+    generator_dir(models, "tiny")
+    texts = []
+    for turn in range(2):
+        with serve(models_dir=str(models), parallel=2, threads=1, cache_dir=str(cache)) as s:
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="x")
+            prompt = TEXT + "".join(texts)
+            r = c.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0,
+                                     extra_body={"prompt_cache_key": "conv-a"})
+            if turn:
+                assert r.usage.prompt_tokens_details.cached_tokens > 0
+            texts.append(r.choices[0].text)
+        files = entries(cache)
+        assert len(files) == 1 and "-k-" in files[0].name and read_meta(files[0]).key == "conv-a"
