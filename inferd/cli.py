@@ -87,6 +87,11 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--responses-max-age", help="drop stored /v1/responses older than this (30d, 12h, seconds; 0 = never; "
                                   "default 30d)")
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
+    a("--cache-dir", help="disk prompt cache: KV states of prompt prefixes kept in this folder across "
+      "restarts (off unless given)")
+    a("--cache-disk-size", help="bytes the --cache-dir folder may hold, all models together, least recently "
+      "used out first (default 2GiB)")
+    a("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore files (off unless given)")
     a("--slots-show-prompts", action="store_const", const=True, default=None,
       help="GET /slots shows the text cached in each slot")
     a("--otlp-endpoint", help="export OpenTelemetry traces over OTLP/HTTP to this collector (needs inferd[otel])")

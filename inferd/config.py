@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] = "f16"  # generator KV cache type
     n_gpu_layers: int = Field(0, ge=-1)         # passed to llama.cpp
     cache_ram: int = Field(0, ge=0)             # MiB of host-RAM prompt cache per generator (0: off)
+    cache_dir: Path | None = None               # disk prompt cache: sequence states that survive restarts
+    cache_disk_size: int = Field(2 << 30, ge=0)  # bytes the cache dir may hold (LRU), "2GiB"
+    slot_save_path: Path | None = None          # POST /slots/{id}?action=save|restore files live here (None: off)
     threads: int | None = Field(None, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
@@ -152,7 +155,7 @@ class Settings(BaseSettings):
         return v
 
     @field_validator("max_memory", "max_body_bytes", "max_audio_bytes", "max_media_bytes", "max_file_bytes",
-                     "max_files_total_bytes", "download_reserve_bytes", mode="before")
+                     "max_files_total_bytes", "download_reserve_bytes", "cache_disk_size", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
         return parse_size(v)
@@ -162,10 +165,10 @@ class Settings(BaseSettings):
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
 
-    @field_validator("models_dir", "ml_dir", "data_dir", mode="after")
+    @field_validator("models_dir", "ml_dir", "data_dir", "cache_dir", "slot_save_path", mode="after")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
 
     def check_bind(self) -> None:
         """Refuse a non-loopback bind unless explicitly allowed: inferd has no TLS."""

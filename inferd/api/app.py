@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import console, control, gen_control, observe, openapi_doc
+from inferd.api import console, control, gen_control, observe, openapi_doc, slots
 from inferd.api.antfly import gen as antfly_gen
 from inferd.api.antfly import embed as antfly_embed
 from inferd.api.antfly import extract as antfly_extract
@@ -55,6 +55,7 @@ ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
 ROUTERS += [infill.router, llama_helpers.router]  # llama-server's /infill, /props, /apply-template, /lora-adapters
+ROUTERS.append(slots.router)
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
