@@ -381,9 +381,10 @@ def test_gemma_host_cache_state_cut_past_the_window_is_refused_not_misused(tmp_p
         g.close()
 
 
-def test_a_lora_switch_is_another_identity(tmp_path):
-    """States computed under a LoRA adapter are never restored into the base weights, and the
-    adapter's own come back when it is applied again."""
+def test_states_under_a_lora_never_reach_the_disk_tier(tmp_path):
+    """The disk tier holds base-weight states only (its entries are not keyed by a request's
+    adapter set): a state computed under an adapter is neither written nor restored, and the
+    base weights' own states still are."""
     import asyncio
 
     from tests.chat_fixtures import LORA
@@ -392,15 +393,21 @@ def test_a_lora_switch_is_another_identity(tmp_path):
     g = load(GGUF / "tiny-llama.gguf", cache)
     try:
         prompt = g.backend.tokenize(TEXT)
-        asyncio.run(g.set_lora("l", LORA))
+        asyncio.run(g.set_lora("l", ((str(LORA), 1.0),)))
         with_lora = run(g, prompt)
-        asyncio.run(g.set_lora(None, None))
+        g.engine.disk_cache.flush()
+        assert not list(cache.glob("**/*.kv"))  # nothing written under the adapter
+        asyncio.run(g.set_lora(None, ()))
         base = run(g, prompt)
         assert base.last.usage.cached_prompt_tokens == 0 and g.engine.disk_cache.hits == 0
-        asyncio.run(g.set_lora("l", LORA))
+        assert base.tokens != with_lora.tokens
+    finally:
+        g.close()
+    g = load(GGUF / "tiny-llama.gguf", cache)  # a restart: the base state comes back from disk
+    try:
         again = run(g, prompt)
         assert again.last.usage.cached_prompt_tokens == len(prompt) - 1 and g.engine.disk_cache.hits == 1
-        assert again.tokens == with_lora.tokens
+        assert again.tokens == base.tokens
     finally:
         g.close()
 
