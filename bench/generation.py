@@ -16,7 +16,8 @@ measured in one run (not a test; numbers depend on the machine and its load):
 
 llama-server: `--build-peer` builds it once (~15 min on 2 cores) under ~/.cache/inferd-bench from
 `pip download --no-binary :all: --no-deps llama-cpp-python==<installed version>`
-(cmake -DLLAMA_CURL=OFF -DGGML_NATIVE=ON, target llama-server); or pass --peer-bin PATH.
+(cmake -DLLAMA_CURL=OFF -DGGML_NATIVE=ON and scripts/install_llama.sh's -mno-amx-* flags, so both
+sides run the same kernels; target llama-server); or pass --peer-bin PATH.
 
 usage: python bench/generation.py [--threads N] [--new-tokens 128] [--no-peer] [--build-peer]
 """
@@ -245,6 +246,7 @@ def measure_server(server: Server, sets: dict[int, list[str]], new: int) -> dict
 
 # ---- llama-server (the C++ peer) ------------------------------------------------------------------
 CACHE = Path.home() / ".cache" / "inferd-bench"
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"  # as scripts/install_llama.sh
 
 
 def peer_bin(build: bool) -> Path | None:
@@ -253,7 +255,7 @@ def peer_bin(build: bool) -> Path | None:
 
     ver = llama_cpp.__version__
     src = CACHE / f"llama.cpp-{ver}"
-    binary = src / "build" / "bin" / "llama-server"
+    binary = src / "build-noamx" / "bin" / "llama-server"
     if binary.exists() or not build:
         return binary if binary.exists() else None
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -265,8 +267,10 @@ def peer_bin(build: bool) -> Path | None:
         with tarfile.open(CACHE / f"llama_cpp_python-{ver}.tar.gz") as tf:
             tf.extractall(CACHE, filter="data")
         (CACHE / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp").rename(src)
-    subprocess.run(["cmake", "-B", "build", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON"], cwd=src, check=True)
-    subprocess.run(["cmake", "--build", "build", "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
+    # The flags scripts/install_llama.sh builds inferd's llama.cpp with: native, without AMX.
+    subprocess.run(["cmake", "-B", "build-noamx", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+                    f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"], cwd=src, check=True)
+    subprocess.run(["cmake", "--build", "build-noamx", "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
                    cwd=src, check=True)
     return binary
 

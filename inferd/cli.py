@@ -45,8 +45,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-concurrent-requests", type=int)
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")
-    a("--max-body-bytes", type=int)
-    a("--max-audio-bytes", type=int, help="largest audio upload (default 25 MiB); larger is a 413")
+    a("--max-body-bytes", help="largest request body (32MiB, bytes; default 32 MiB); a /v1/files upload may "
+                               "also carry --max-file-bytes plus its form fields")
+    a("--max-audio-bytes", help="largest audio upload (25MiB, bytes; default 25 MiB); larger is a 413")
     a("--max-audio-seconds", type=float, help="longest audio per request (default 1800); longer is a 413")
     a("--parallel", type=int, help="generation slots per model (default 4)")
     a("--threads", type=int, help="CPU threads per runtime (default: all cores)")
@@ -64,7 +65,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
-    a("--max-media-bytes", type=int, help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-media-bytes", help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
     a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
     a("--allow-remote-media", action="store_const", const=True, default=None,
       help="fetch http(s) image URLs named in requests (off: data stays on the host)")
@@ -78,14 +79,22 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-batch-inputs", type=int, help="inputs per request: embeddings, rerank documents, "
       "extract and rewrite inputs (default 2048)")
     a("--prep-threads", type=int, help="threads preparing requests: templates, tokenizing, grammars (default 4)")
-    a("--max-file-bytes", type=int, help="largest uploaded file (default 32 MiB)")
-    a("--max-files-total-bytes", type=int, help="quota of all uploaded files (default 1 GiB)")
+    a("--max-file-bytes", help="largest uploaded file (1MiB, bytes; default 32 MiB)")
+    a("--max-files-total-bytes", help="quota of all uploaded files (default 1 GiB)")
     a("--ray", metavar="ADDRESS", help="deploy on an existing Ray cluster (host:port) instead of serving "
                                        "here; needs --cluster-config and inferd[cluster]")
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
+    a("--responses-max-count", type=int, help="stored /v1/responses kept at most; the oldest go first (default 10000)")
+    a("--responses-max-age", help="drop stored /v1/responses older than this (30d, 12h, seconds; 0 = never; "
+                                  "default 30d)")
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
+    a("--cache-dir", help="disk prompt cache: KV states of prompt prefixes kept in this folder across "
+      "restarts (off unless given)")
+    a("--cache-disk-size", help="bytes the --cache-dir folder may hold, all models together, least recently "
+      "used out first (default 2GiB)")
+    a("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore files (off unless given)")
     a("--slots-show-prompts", action="store_const", const=True, default=None,
       help="GET /slots shows the text cached in each slot")
     a("--otlp-endpoint", help="export OpenTelemetry traces over OTLP/HTTP to this collector (needs inferd[otel])")
@@ -115,6 +124,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         from inferd.cluster.cli import serve_on_ray
 
         return serve_on_ray(ns.ray, ns.cluster_config, settings)
+    from inferd.doctor import summary_lines
+
+    for line in summary_lines(settings):  # the machine half of `inferd doctor`: CPU, builds, memory, disk
+        log.info("  %s", line)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -177,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the models the server would serve")
     _add_settings_flags(models)
     models.set_defaults(func=cmd_models)
+    from inferd.doctor import register as doctor  # light: imports runtimes only when run
+
+    doctor(sub, _add_settings_flags, _settings)
     for register in _extra_commands():
         register(sub)
     return parser

@@ -71,6 +71,12 @@ class NotImplementedYet(InferdError):
     """A documented feature whose runtime is not available in this build (501)."""
 
 
+class CpuUnsupported(NotImplementedYet):
+    """This llama.cpp build cannot run a model of this type on this CPU: a test decode in a child
+    process died by a signal (runtimes/llama_cpp/selfcheck.py). The message names the CPU feature,
+    the build and the rebuild command. Not retryable: the verdict is cached per build and CPU."""
+
+
 class PayloadTooLarge(InferdError):
     pass
 
@@ -118,6 +124,10 @@ class UpstreamFailed(InferdError):
     """A model source (Hugging Face Hub, an Ollama registry) failed or sent bad bytes."""
 
     retryable = True
+
+
+class StorageFailed(InferdError):
+    """Server-side storage (stored responses) could not be written or read."""
 
 
 class InsufficientStorage(InferdError):

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 
 
+# The sampler stages SamplingParams.samplers may order (llama-server's names), in llama.cpp's
+# default order. A stage whose setting is off adds nothing to the chain.
+SAMPLER_STAGES = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+
+
 @dataclass
 class SamplingParams:
     """Per-request sampling. temperature <= 0 is greedy. Penalties look at the tokens
@@ -26,6 +31,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0                      # 0: disabled
     min_p: float = 0.0
+    typical_p: float = 1.0              # locally typical sampling; 1.0: disabled
     repetition_penalty: float = 1.0     # 1.0: disabled
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
@@ -37,6 +43,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    # The order of the chain after logit bias (llama-server's `samplers`): SAMPLER_STAGES
+    # names; one left out is not used. None: SAMPLER_STAGES' order.
+    samplers: tuple[str, ...] | None = None
 
     @property
     def greedy(self) -> bool:
@@ -56,8 +65,9 @@ class ChatOptions:
     json_format: Ollama's `format`: "json" or a JSON schema object.
     grammar: raw GBNF (OpenAI / Antfly extension).
     enable_thinking: True / False / None (the template's default).
-    reasoning_effort: "none" | "minimal" | "low" | "medium" | "high" (OpenAI's levels); mapped to
-        a thinking budget by inferd.chat.reasoning.effort_budget.
+    reasoning_effort: "none" | "minimal" | "low" | "medium" | "high" (OpenAI's levels); "none" turns
+        thinking off, another level turns it on where the template can think, and each maps to a
+        thinking budget (inferd.chat.reasoning.effort_budget).
     reasoning_budget: tokens of thinking allowed (None: the effort's, else the server's default);
         at the budget the engine writes the end-of-thinking marker itself and the answer goes on.
     thinking_param: the request field to name in errors ("enable_thinking" or "think").
@@ -93,6 +103,30 @@ class EngineControls:
     speculative_k: int | None = None
     speculation_policy: Literal["auto", "on", "off"] = "auto"
     speculation_calibration: Literal["none", "online"] = "none"
+    slot: int | None = None                    # run in this slot, waiting for it (llama-server's id_slot)
+
+
+@dataclass
+class Infill:
+    """Fill-in-the-middle (llama-server's /infill, Ollama's and OpenAI's `suffix`): the text
+    before and after the cursor, repository context chunks (filename, text), and `prompt`,
+    the start of the middle. The prompt is built from the model's own FIM tokens
+    (service/fim.py)."""
+
+    prefix: str = ""
+    suffix: str = ""
+    extra: list[tuple[str, str]] = field(default_factory=list)
+    prompt: str = ""
+
+
+@dataclass(frozen=True)
+class LoraRef:
+    """One adapter of a request's set (llama-server's `lora: [{id, scale}]`): `id` indexes
+    the model's adapters in name order (GET /lora-adapters), or `name` names one."""
+
+    id: int | None = None
+    name: str | None = None
+    scale: float = 1.0
 
 
 @dataclass
@@ -127,6 +161,10 @@ class GenerateRequest:
     keep_alive: float | None = None     # seconds to keep the model loaded afterwards
     engine: EngineControls = field(default_factory=EngineControls)
     created: float = field(default_factory=time.time)
+    infill: Infill | None = None        # fill-in-the-middle: the prompt comes from these parts
+    infill_param: str = "input_suffix"  # the wire field a model without FIM tokens is refused on
+    lora: list[LoraRef] | None = None   # this request's adapter set; None: the model's default
+    return_progress: bool = False       # stream prompt_progress deltas while the prompt is prefilled
 
 
 @dataclass
@@ -185,7 +223,9 @@ class Delta:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     index: int = 0                      # which choice (n > 1)
-    stop_sequence: str | None = None    # last delta: the stop string that ended the output, if one did
+    stop_word: str | None = None        # the last delta of a sequence a stop string ended
+    # return_progress: prompt processing so far (total, cache, processed, time_ms), no text
+    progress: tuple[int, int, int, float] | None = None
 
 
 @dataclass
@@ -199,7 +239,6 @@ class Generation:
     usage: Usage
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
-    stop_sequence: str | None = None    # the stop string that ended the output, if one did
     tokens: list[int] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
@@ -207,6 +246,7 @@ class Generation:
     # {policy, calibration, decision, disabled_reason, drafted_tokens, accepted_tokens}
     speculation: dict[str, Any] | None = None
     index: int = 0
+    stop_word: str | None = None        # the stop string that ended it (finish_reason "stop")
     # n > 1: choices 1..n-1 (each a Generation with its own text, finish_reason, logprobs);
     # `usage` of the first counts the prompt once and the completions of all of them.
     choices: list["Generation"] = field(default_factory=list)

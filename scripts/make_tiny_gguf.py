@@ -3,6 +3,9 @@ ChatML chat template, for tests. F32 weights, so llama.cpp's CPU decoding is bat
 
 Regenerate the committed fixtures (deterministic, seed 0):
     python scripts/make_tiny_gguf.py tests/fixtures/gguf/tiny-llama.gguf --lora tests/fixtures/gguf/tiny-lora.gguf
+    python scripts/make_tiny_gguf.py tests/fixtures/gguf/tiny-fim.gguf --fim
+`--fim` adds Qwen2.5-Coder's six fill-in-the-middle tokens as control tokens and names them in
+tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id (the /infill tests).
 needs: pip install gguf numpy"""
 import sys
 import numpy as np
@@ -14,6 +17,8 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 MERGES = ["Ġ t", "h e", "Ġt he", "i n", "e r", "Ġ a", "o n", "r e", "Ġ s", "a t", "e n", "o r",
           "l l", "he ll", "hell o", "Ġ hello", "Ġ w", "Ġw or", "Ġwor l", "Ġworl d"]
 SPECIAL = ["<|bos|>", "<|im_end|>", "<|im_start|>"]  # bos, eos, extra
+FIM = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>", "pad": "<|fim_pad|>",
+       "rep": "<|repo_name|>", "sep": "<|file_sep|>"}
 
 
 def byte_chars():  # GPT-2 bytes_to_unicode, in byte order 0..255
@@ -26,20 +31,21 @@ def byte_chars():  # GPT-2 bytes_to_unicode, in byte order 0..255
     return [chr(m[b]) for b in range(256)]
 
 
-def vocab():
+def vocab(fim=False):
     toks = byte_chars()
     for m in MERGES:
         t = m.replace(" ", "")
         if t not in toks:
             toks.append(t)
-    types = [gguf.TokenType.NORMAL] * len(toks) + [gguf.TokenType.CONTROL] * len(SPECIAL)
-    return toks + SPECIAL, types, MERGES
+    special = SPECIAL + (list(FIM.values()) if fim else [])
+    types = [gguf.TokenType.NORMAL] * len(toks) + [gguf.TokenType.CONTROL] * len(special)
+    return toks + special, types, MERGES
 
 
-def main(out, lora=None, seed=0):
+def main(out, lora=None, seed=0, fim=False):
     rng = np.random.default_rng(seed)
     r = lambda *s: (rng.standard_normal(s) * 0.5 / np.sqrt(s[-1])).astype(np.float32)
-    toks, types, merges = vocab()
+    toks, types, merges = vocab(fim)
     n_vocab, hd = len(toks), N_EMBD // N_HEAD
     w = gguf.GGUFWriter(out, "llama")
     w.add_name("tiny-random-llama")
@@ -48,7 +54,10 @@ def main(out, lora=None, seed=0):
     w.add_rope_dimension_count(hd); w.add_layer_norm_rms_eps(1e-5); w.add_vocab_size(n_vocab)
     w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("gpt-2")
     w.add_token_list(toks); w.add_token_types(types); w.add_token_merges(merges)
-    w.add_bos_token_id(n_vocab - 3); w.add_eos_token_id(n_vocab - 2); w.add_add_bos_token(True)
+    w.add_bos_token_id(toks.index("<|bos|>")); w.add_eos_token_id(toks.index("<|im_end|>")); w.add_add_bos_token(True)
+    if fim:
+        for k, t in FIM.items():
+            w.add_uint32(f"tokenizer.ggml.fim_{k}_token_id", toks.index(t))
     w.add_chat_template(CHATML)
     w.add_tensor("token_embd.weight", r(n_vocab, N_EMBD) * 4)
     w.add_tensor("output_norm.weight", np.ones(N_EMBD, np.float32))
@@ -74,4 +83,4 @@ def main(out, lora=None, seed=0):
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    main(a[0], a[a.index("--lora") + 1] if "--lora" in a else None)
+    main(a[0], a[a.index("--lora") + 1] if "--lora" in a else None, fim="--fim" in a)

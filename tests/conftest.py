@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 for var in [k for k in os.environ if k.startswith("INFERD_")]:
     del os.environ[var]  # a developer's own settings must not leak into tests
+# The llama.cpp self-check's verdicts go to a folder of this run, not the user's cache: every
+# run probes each quantization type afresh (about 0.3 s each), as a new install would.
+os.environ["INFERD_SELFCHECK_DIR"] = tempfile.mkdtemp(prefix="inferd-selfcheck-")
 
 
 @pytest.fixture(autouse=True)

@@ -190,8 +190,8 @@ def test_lora_switch_waits_for_active_and_restores_base_token_for_token(gen):
     base = go(gen, p, 24, ignore_eos=True).wait().tokens
     running = go(gen, p, 60, ignore_eos=True)
 
-    async def switch(name, path):
-        await gen.set_lora(name, path)
+    async def switch(name, path):  # the default adapter set: (path, scale) pairs, () the base weights
+        await gen.set_lora(name, ((str(path), 1.0),) if path else ())
 
     asyncio.run(switch("tiny-lora", GGUF / "tiny-lora.gguf"))
     assert running.done.is_set() and running.tokens[:24] == base  # finished on base weights first

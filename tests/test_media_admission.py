@@ -272,13 +272,13 @@ def test_remote_fetch_connects_to_the_checked_address(tmp_path, image_host, monk
     """Without --allow-private-media-urls the fetch goes to the address that was checked, with
     the original Host header (no second DNS lookup to rebind). Loopback counts as public here
     only so that the test can reach its own image host."""
-    from inferd.media import sources
+    from inferd.net import policy
 
-    target, headers, ext = sources.pinned("https://img.example.com:8443/a.png?x=1", "93.184.216.34")
-    assert target == "https://93.184.216.34:8443/a.png?x=1"
-    assert headers == {"Host": "img.example.com:8443"} and ext == {"sni_hostname": "img.example.com"}
-    assert sources.pinned("http://h/a", "2001:db8::1")[0] == "http://[2001:db8::1]/a"
-    monkeypatch.setattr(sources, "_public", lambda addr: True)
+    t = policy.pin("https://img.example.com:8443/a.png?x=1", "93.184.216.34")
+    assert t.url == "https://93.184.216.34:8443/a.png?x=1"
+    assert t.headers == {"Host": "img.example.com:8443"} and t.extensions == {"sni_hostname": "img.example.com"}
+    assert policy.pin("http://h/a", "2001:db8::1").url == "http://[2001:db8::1]/a"
+    monkeypatch.setattr(policy, "is_public", lambda addr: True)
     host = image_host
     with serve(models_dir=str(_models(tmp_path)), allow_remote_media=True) as s:
         assert _read(s, host + "/img.png").status_code == 200

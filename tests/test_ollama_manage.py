@@ -51,7 +51,8 @@ def world(tmp_path_factory):
     models = tmp_path_factory.mktemp("models")
     mp = pytest.MonkeyPatch()
     mp.setenv("HF_ENDPOINT", fake.url)
-    with serve(models_dir=str(models), threads=1, ollama_registry=fake.url, download_reserve_bytes=0) as s:
+    with serve(models_dir=str(models), threads=1, ollama_registry=fake.url, download_reserve_bytes=0,
+               allow_downloads=True) as s:
         yield s, fake, models
     mp.undo()
     fake.close()

@@ -26,5 +26,8 @@ async def ready(request: Request, svc: InferenceService = Depends(get_service)):
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(svc: InferenceService = Depends(get_service)) -> str:
-    return svc.metrics.render(svc.gauges()) + svc.observer.render()  # type: ignore[attr-defined]
+async def metrics(svc: InferenceService = Depends(get_service)) -> PlainTextResponse:
+    obs = svc.observer  # type: ignore[attr-defined]
+    # llama-server's names beside inferd's own, and its Process-Start-Time-Unix header
+    text = svc.metrics.render(svc.gauges()) + obs.render() + obs.render_llamacpp()
+    return PlainTextResponse(text, headers={"Process-Start-Time-Unix": str(int(svc.started_at))})

@@ -2,8 +2,9 @@
 
 Families: `openai` (also the control routes; GenAIServer/openai-server envelope
 {"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), `antfly`
-({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?}), and `anthropic`
-(/v1/messages: {"type": "error", "error": {"type", "message"}}, Anthropic's types by status)."""
+({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?}), `anthropic`
+(/v1/messages: {"type": "error", "error": {"type", "message"}}, Anthropic's types by status), and
+`llamacpp` (llama-server's native routes: {"error": {"code": STATUS, "message", "type"}})."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from inferd.errors import (Cancelled, CapabilityMissing, ContextOverflow, Forbidden, InferdError, InferenceFailed,
+from inferd.errors import (Cancelled, CapabilityMissing, CpuUnsupported, ContextOverflow, Forbidden, InferdError, InferenceFailed,
                            InvalidInput, MemoryBudgetExceeded, ModelLoadFailed, ModelNotFound, ModelNotSupported,
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized,
                            UnsupportedMediaType)
-from inferd.errors import InsufficientStorage, UpstreamFailed
+from inferd.errors import InsufficientStorage, StorageFailed, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
 
@@ -37,7 +38,9 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     Cancelled: (499, "cancelled", "CANCELLED"),
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
+    StorageFailed: (500, "server_error", "STORAGE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
+    CpuUnsupported: (501, "not_implemented_error", "CPU_UNSUPPORTED"),
     UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),
     Overloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
     ModelUnloaded: (503, "server_error", "SERVICE_UNAVAILABLE"),
@@ -45,6 +48,13 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     InsufficientStorage: (507, "server_error", "INSUFFICIENT_STORAGE"),
 }
 _INTERNAL = (500, "server_error", "INTERNAL_ERROR")
+# llama-server's `type` where it differs from OpenAI's (its server-common error types).
+LLAMACPP_TYPES: dict[type[BaseException], str] = {
+    ContextOverflow: "exceed_context_size_error", NotFound: "not_found_error", ModelNotFound: "not_found_error",
+    NotImplementedYet: "not_supported_error", Overloaded: "unavailable_error", ModelUnloaded: "unavailable_error",
+}
+# llama-server's native routes (not its /v1 ones).
+LLAMACPP_PATHS = frozenset({"/completion", "/completions"})
 
 # Anthropic's error types, by the status above. A busy server is its 529 overloaded_error
 # (with retry-after), which its SDKs retry; statuses Anthropic does not use keep their number
@@ -62,6 +72,8 @@ def family_of(path: str) -> str:
         return "ollama"
     if path.startswith(("/ai/", "/ml/")):
         return "antfly"
+    if path in LLAMACPP_PATHS:
+        return "llamacpp"
     return "openai"
 
 
@@ -90,6 +102,15 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
             headers.pop("WWW-Authenticate", None)  # Anthropic's clients send x-api-key
         kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return status, {"type": "error", "error": {"type": kind, "message": message}}, headers
+    if family == "llamacpp":
+        kind = next((LLAMACPP_TYPES[c] for c in type(exc).__mro__ if c in LLAMACPP_TYPES), oai_type)
+        param = getattr(exc, "param", None)
+        if param and param not in message:  # this envelope has no `param`: the message names it
+            message = f"{param}: {message}"
+        lerr: dict[str, Any] = {"code": status, "message": message, "type": kind}
+        if retry_ms is not None:
+            lerr["retry_after_ms"] = retry_ms
+        return status, {"error": lerr}, headers
     if family == "antfly":
         body: dict[str, Any] = {"error": code, "message": message}
         if isinstance(exc, Overloaded):
@@ -119,6 +140,8 @@ def error_response(exc: BaseException, family: str, status: int | None = None) -
     """The JSON error response; `status` overrides the table (405 from the router)."""
     table_status, body, headers = error_body(exc, family)
     status = status or table_status
+    if family == "llamacpp":
+        body["error"]["code"] = status  # llama-server's code is the HTTP status (405 from the router)
     if status >= 500 and not isinstance(exc, InferdError):
         log.error("unhandled error", exc_info=exc)
     return JSONResponse(body, status_code=status, headers=headers)

@@ -9,6 +9,7 @@ import os
 import re
 import logging
 import time
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -81,22 +82,41 @@ class ApiKeyAuth:
         await error_response(Unauthorized(), family_of(scope["path"]))(scope, receive, send)
 
 
+FORM_MARGIN = 256 * 1024   # multipart boundaries, part headers and the small form fields beside a file
+
+
+def upload_limits(settings: Any) -> dict[str, int]:
+    """Body limits of the upload routes, where --max-body-bytes alone could refuse a file its
+    own limit accepts: a /v1/files upload of exactly --max-file-bytes is a bigger multipart
+    body; an audio upload of --max-audio-bytes likewise (and as base64, 4/3 of it)."""
+    files = settings.max_file_bytes + FORM_MARGIN
+    audio = settings.max_audio_bytes + FORM_MARGIN
+    routes = {"/v1/files": files, "/ai/v1/transcribe": settings.max_audio_bytes * 4 // 3 + FORM_MARGIN}
+    for p in ("/v1/audio/transcriptions", "/v1/audio/translations", "/audio/transcriptions", "/audio/translations"):
+        routes[p] = audio
+    return {p: n for p, n in routes.items() if n > settings.max_body_bytes}
+
+
 class BodyLimit:
-    """413 before parsing: by Content-Length when given, else by counting streamed bytes."""
+    """413 before parsing: by Content-Length when given, else by counting streamed bytes.
+    `routes` raises the limit of the upload routes (exact paths) to what their files need."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app, self.max = app, max_bytes
-
-    def _too_large(self) -> PayloadTooLarge:
-        return PayloadTooLarge(f"request body exceeds the limit of {self.max} bytes (--max-body-bytes)")
+    def __init__(self, app: ASGIApp, max_bytes: int, routes: dict[str, int] | None = None):
+        self.app, self.default, self.routes = app, max_bytes, dict(routes or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith("/api/blobs/"):
             # Ollama blob uploads are model weights (GBs), streamed to disk and checked there.
             return await self.app(scope, receive, send)
+        limit = self.routes.get(scope["path"], self.default)
+        flag = "--max-body-bytes" if limit == self.default else "--max-body-bytes, or this route's file limit"
+
+        def too_large() -> PayloadTooLarge:
+            return PayloadTooLarge(f"request body exceeds the limit of {limit} bytes ({flag})")
+
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max:
-            return await error_response(self._too_large(), family_of(scope["path"]))(scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            return await error_response(too_large(), family_of(scope["path"]))(scope, receive, send)
         seen, over = 0, False
 
         async def counting_receive() -> Message:
@@ -104,9 +124,9 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max:
+                if seen > limit:
                     over = True  # the framework turns this into its own 400; send_413 replaces it
-                    raise self._too_large()
+                    raise too_large()
             return message
 
         refusal = None
@@ -116,7 +136,7 @@ class BodyLimit:
             if not over:
                 return await send(message)
             if refusal is None:
-                refusal = error_response(self._too_large(), family_of(scope["path"]))
+                refusal = error_response(too_large(), family_of(scope["path"]))
                 await refusal({**scope}, receive, send)
 
         await self.app(scope, counting_receive, send_413)

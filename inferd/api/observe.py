@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.api.deps import get_service
-from inferd.api.errors import error_response, family_of
+from inferd.api.errors import LLAMACPP_PATHS, error_response, family_of
 from inferd.errors import Overloaded
 from inferd.models import ModelKind
 from inferd.observability.context import RequestInfo, begin, end
@@ -26,7 +26,7 @@ router = APIRouter()
 EXEMPT = frozenset({"/", "/health", "/v1/health", "/healthz", "/readyz", "/metrics", "/load", "/slots",
                     "/admin/drain", "/favicon.ico"})
 STREAMED = (b"text/event-stream", b"application/x-ndjson")
-OPENAI_BARE = ("/chat/completions", "/completions", "/embeddings", "/rerank")
+OPENAI_BARE = ("/chat/completions", "/embeddings", "/rerank")
 
 
 def route_family(path: str) -> str:
@@ -40,6 +40,8 @@ def route_family(path: str) -> str:
         return "antfly"
     if path.startswith("/ml/"):
         return "ml"
+    if path in LLAMACPP_PATHS:
+        return "llamacpp"
     return "control"
 
 

@@ -22,6 +22,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "message": _STR, "type": _STR, "param": {"anyOf": [_STR, {"type": "null"}]}, "code": _STR,
             "retry_after_ms": {"type": "integer"}}}}},
     "OllamaError": {"type": "object", "required": ["error"], "properties": {"error": _STR}},
+    "LlamaCppError": {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message", "type"], "properties": {
+            "code": {"type": "integer"}, "message": _STR, "type": _STR}}}},
     "AntflyError": {"type": "object", "required": ["error", "message"], "properties": {
         "error": _STR, "message": _STR, "reason": _STR, "retryable": {"type": "boolean"},
         "retry_after_ms": {"type": "integer"}}},
@@ -29,7 +32,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
                                              "properties": {"type": _STR, "message": _STR}}}},
 }
-_MODEL = {"openai": "OpenAIError", "ollama": "OllamaError", "antfly": "AntflyError", "anthropic": "AnthropicError"}
+_MODEL = {"openai": "OpenAIError", "ollama": "OllamaError", "antfly": "AntflyError", "anthropic": "AnthropicError",
+          "llamacpp": "LlamaCppError"}
 _DESCRIPTIONS = {400: "invalid request", 401: "missing or wrong API key", 403: "origin or host not allowed",
                  404: "unknown model, route or resource", 405: "method not allowed", 413: "request too large",
                  415: "unsupported Content-Type",

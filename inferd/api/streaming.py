@@ -64,14 +64,66 @@ def _log_failure(e: BaseException) -> None:
         log.error("stream failed", exc_info=e)
 
 
+KEEPALIVE_SECONDS = 5.0  # llama-server's --sse-ping-interval default is of this order
+
+
+def is_output(frame: dict[str, Any]) -> bool:
+    """Does a frame carry generated output? Not OpenAI's opening role chunk, nor prompt
+    progress: until an output frame, a long prefill can leave the stream silent."""
+    if "prompt_progress" in frame:
+        return False
+    choices = frame.get("choices")
+    return not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)
+                and choices[0].get("delta") == {"role": "assistant", "content": ""})
+
+
+async def with_keepalive(frames: AsyncIterator[dict[str, Any]], every: float | None
+                         ) -> AsyncIterator[dict[str, Any] | None]:
+    """`frames`, with a None each time `every` seconds pass without one before the first
+    output frame (a long prefill, or a queue): the writer turns it into an SSE comment, so
+    proxies and clients see a live connection. The pending frame is awaited again, never
+    cancelled (cancelling would end the stream). From the first output on, frames pass
+    straight through: the timed wait costs ~65 us a frame, and tokens keep a stream alive."""
+    it = frames.__aiter__()
+    nxt: asyncio.Future | None = None
+    try:
+        while every and every > 0:
+            if nxt is None:
+                nxt = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({nxt}, timeout=every)
+            if not done:
+                yield None
+                continue
+            try:
+                frame = nxt.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                nxt = None
+            yield frame
+            if is_output(frame):
+                break
+        async for frame in it:
+            yield frame
+    finally:
+        if nxt is not None:
+            nxt.cancel()
+
+
 def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], Awaitable[None]],
-                 family: str = "openai") -> ClosingStream:
-    """`data: {json}` per frame, then `data: [DONE]`. On failure: OpenAI family
+                 family: str = "openai", done: bool = True, ping: float | None = None) -> ClosingStream:
+    """`data: {json}` per frame, then `data: [DONE]` (unless `done` is False: llama-server's
+    own /completion and /infill streams end with a frame whose `stop` is true). `ping`:
+    seconds of silence before the first output after which a `: keep-alive` comment line
+    goes out (llama-server's sse_ping_interval). On failure: OpenAI and llamacpp families
     `data: {"error": {...}}`, Antfly `event: error` with a plain-text message; no [DONE]."""
 
     async def body() -> AsyncIterator[str]:
         try:
-            async for frame in frames:
+            async for frame in with_keepalive(frames, ping):
+                if frame is None:
+                    yield ": keep-alive\n\n"
+                    continue
                 yield f"data: {_dumps(frame)}\n\n"
         except Exception as e:
             _log_failure(e)
@@ -82,7 +134,8 @@ def sse_response(frames: AsyncIterator[dict[str, Any]], on_close: Callable[[], A
             else:
                 yield f"data: {_dumps(err)}\n\n"
             return
-        yield "data: [DONE]\n\n"
+        if done:
+            yield "data: [DONE]\n\n"
 
     return ClosingStream(body(), on_close, "text/event-stream", SSE_HEADERS)
 

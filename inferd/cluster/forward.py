@@ -26,7 +26,7 @@ log = logging.getLogger("inferd.cluster")
 # Authorization were checked by the ingress; the replica's app runs without those checks.
 _PASS = {"content-type", "accept", "x-request-id", "content-length"}
 # Routes whose omitted `model` means the only generator (the single server's rule).
-_GEN_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions",
+_GEN_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/completion",
                "/api/chat", "/api/generate", "/ai/v1/generate", "/ai/v1/chat/completions",
                "/tokenize", "/detokenize")
 

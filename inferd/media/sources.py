@@ -8,22 +8,20 @@ it is given."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import ipaddress
 import json
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from inferd.errors import InvalidInput, NotFound, PayloadTooLarge
+from inferd.net import policy
+from inferd.net.policy import FetchPolicy
 
 FILE_ID = re.compile(r"^file-[A-Za-z0-9]+$")
 _DATA = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?((?:;[\w.+-]+=[\w.+-]+)*)(;base64)?,", re.ASCII)
-MAX_REDIRECTS = 3
 
 
 @dataclass(frozen=True)
@@ -107,79 +105,10 @@ def read_file(path: Path, limit: int, where: str) -> bytes:
 
 
 # ---- remote URLs ---------------------------------------------------------------------------------
-def _public(addr: str) -> bool:
-    ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
-
-
-async def check_host(url: str, allow_private: bool, where: str) -> str | None:
-    """Refuse URLs whose host resolves to a loopback, private, link-local or otherwise
-    non-global address (SSRF), unless private URLs are allowed. Returns the checked address
-    to connect to (None when private URLs are allowed), so that a second DNS answer cannot
-    swap in a private one between the check and the connection (DNS rebinding)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput(f"{where}: only http(s) URLs with a host can be fetched", where)
-    if allow_private:
-        return None
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(parts.hostname, parts.port or 0,
-                                                             type=socket.SOCK_STREAM)
-    except OSError:
-        raise InvalidInput(f"{where}: cannot resolve host {parts.hostname!r}", where) from None
-    for info in infos:
-        if not _public(str(info[4][0])):
-            raise InvalidInput(f"{where}: refusing to fetch {parts.hostname!r}: it resolves to a private or "
-                               "loopback address (see --allow-private-media-urls)", where)
-    if not infos:
-        raise InvalidInput(f"{where}: cannot resolve host {parts.hostname!r}", where)
-    return str(infos[0][4][0])
-
-
-def pinned(url: str, addr: str) -> tuple[str, dict[str, str], dict[str, str]]:
-    """(url with its host replaced by the checked address, headers, request extensions): the
-    Host header and the TLS server name (certificate check) stay the original host's."""
-    parts = urlsplit(url)
-    host = f"[{addr}]" if ":" in addr else addr
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    target = parts._replace(netloc=netloc).geturl()
-    host_header = parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else netloc
-    return target, {"Host": host_header}, {"sni_hostname": parts.hostname or addr}
-
-
 async def fetch_url(url: str, limit: int, *, timeout: float, allow_private: bool, where: str) -> bytes:
-    """GET `url` following at most 3 redirects (each hop's host checked), reading at most
-    `limit` bytes (the caller reserved them). Every failure is the client's 400, or 413 for
-    a body over the limit; never a 500."""
-    import httpx
-
-    try:
-        async with httpx.AsyncClient(follow_redirects=False, timeout=timeout) as client:
-            for _ in range(MAX_REDIRECTS + 1):
-                addr = await check_host(url, allow_private, where)
-                target, headers, ext = pinned(url, addr) if addr else (url, {}, {})
-                async with client.stream("GET", target, headers={"Accept": "image/*", **headers},
-                                         extensions=ext) as resp:
-                    if resp.is_redirect:
-                        url = urljoin(url, resp.headers.get("location", ""))
-                        continue
-                    if resp.status_code != 200:
-                        raise InvalidInput(f"{where}: fetching the image failed with HTTP {resp.status_code}", where)
-                    declared = resp.headers.get("content-length")
-                    if declared and declared.isdigit() and int(declared) > limit:
-                        raise PayloadTooLarge(f"{where}: the image ({declared} bytes) exceeds the request's "
-                                              f"remaining media budget of {limit} bytes")
-                    buf = bytearray()
-                    async for chunk in resp.aiter_bytes():
-                        buf += chunk
-                        if len(buf) > limit:
-                            raise PayloadTooLarge(f"{where}: the image exceeds the request's remaining media "
-                                                  f"budget of {limit} bytes")
-                    return bytes(buf)
-            raise InvalidInput(f"{where}: more than {MAX_REDIRECTS} redirects", where)
-    except httpx.TimeoutException:
-        raise InvalidInput(f"{where}: fetching the image timed out after {timeout:g}s", where) from None
-    except httpx.HTTPError as e:
-        raise InvalidInput(f"{where}: fetching the image failed: {e}", where) from None
+    """GET an image URL under the outbound-fetch policy (inferd/net/policy.py): the host and
+    every redirect's checked (no private addresses unless allowed), the connection pinned to
+    the checked address, at most `limit` bytes (the caller reserved them), and `timeout`
+    bounding the whole fetch. Every failure is the client's 400, or 413 over the limit."""
+    return await policy.fetch(FetchPolicy(allow_private=allow_private), url, limit, deadline=timeout,
+                              where=where, what="the image", accept="image/*")

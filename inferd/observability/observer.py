@@ -16,8 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferd.observability.drain import Drain
+from inferd.observability.llamacpp import render_llamacpp
 from inferd.observability.prom import LATENCY_BUCKETS, Family, Histogram, render
 from inferd.observability.stats import EncStats, GenStats
+from inferd.types import SAMPLER_STAGES, SamplingParams
 
 if TYPE_CHECKING:
     from inferd.observability.tracing import Tracer
@@ -41,6 +43,18 @@ def engine_of(rt: Any) -> Any:
 
 def batcher_of(rt: Any) -> Any:
     return getattr(rt, "batcher", None) or getattr(getattr(rt, "encoder", None), "batcher", None)
+
+
+def slot_params(job: Any) -> dict[str, Any]:
+    """llama-server's `params` of a slot: the running job's sampling (defaults when idle)."""
+    p = getattr(getattr(job, "sampler", None), "params", None) or SamplingParams()
+    return {"n_predict": job.max_tokens if job is not None else -1, "seed": 0xFFFFFFFF if p.seed is None else p.seed,
+            "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
+            "typical_p": p.typical_p, "repeat_last_n": p.penalty_last_n, "repeat_penalty": p.repetition_penalty,
+            "presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
+            "stop": list(job.stop) if job is not None else [], "ignore_eos": p.ignore_eos,
+            "stream": bool(job.stream) if job is not None else False, "n_probs": p.top_logprobs if p.logprobs else 0,
+            "samplers": list(p.samplers if p.samplers is not None else SAMPLER_STAGES), "lora": []}
 
 
 class Observer:
@@ -136,6 +150,11 @@ class Observer:
         return {"models": models, **{k: totals[k] for k in ("running", "waiting", "slots", "slots_free")},
                 "totals": totals, "draining": self.drain.draining}
 
+    def render_llamacpp(self) -> str:
+        """llama-server's llamacpp:* metric names (llamacpp.py)."""
+        engines = [e for _n, _s, rt in self._loaded() if (e := engine_of(rt)) is not None]
+        return render_llamacpp(self.gen, engines)
+
     def slots_view(self, model: str | None = None) -> list[dict[str, Any]]:
         """llama-server's GET /slots, one entry per slot of each loaded generator (or of `model`)."""
         out = []
@@ -152,7 +171,10 @@ class Observer:
                     "n_ctx": n_ctx, "is_processing": job is not None, "tokens_cached": len(cache),
                     "n_prompt_tokens": len(job.prompt) if job is not None else 0,
                     "n_prompt_tokens_cache": job.cached if job is not None else 0,
+                    "speculative": job is not None and job.speculation is not None,
+                    "params": slot_params(job),
                     "next_token": {"has_next_token": job is not None and not job.done,
+                                   "has_new_line": job is not None and job.out is not None and "\n" in job.out.text,
                                    "n_decoded": len(job.generated) if job is not None else 0,
                                    "n_remain": (job.max_tokens - len(job.generated)) if job is not None else -1},
                 }
@@ -187,6 +209,10 @@ class Observer:
         shifts = F("inferd_context_shifts_total", "counter", "Context shifts (cache_compaction_ratio).")
         hostc = F("inferd_host_cache_restored_tokens_total", "counter",
                   "Prompt tokens restored from the host-RAM prompt cache (--cache-ram).")
+        diskc = F("inferd_disk_cache_restored_tokens_total", "counter",
+                  "Prompt tokens restored from the disk prompt cache (--cache-dir).")
+        refused = F("inferd_prompt_cache_refused_total", "counter",
+                    "Prefix reuses refused because the KV cache had dropped cells (sliding window): full prefill.")
         for m, st in sorted(self.gen.items()):
             ttft.add_histogram(st.ttft, model=m)
             itl.add_histogram(st.itl, model=m)
@@ -199,6 +225,8 @@ class Observer:
             accepted.add(st.accepted_tokens, model=m)
             shifts.add(st.context_shifts, model=m)
             hostc.add(st.host_cache_restored_tokens, model=m)
+            diskc.add(st.disk_cache_restored_tokens, model=m)
+            refused.add(st.prompt_cache_refused, model=m)
             for reason, n in sorted(st.finished.items()):
                 fin.add(n, model=m, reason=reason)
 
@@ -259,5 +287,6 @@ class Observer:
                 size.add(spec.size_bytes, model=spec.name)
         drain = F("inferd_draining", "gauge", "1 while the server drains (refuses new requests).")
         drain.add(1 if self.drain.draining else 0)
-        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, hostc, running, waiting, slots, used, kv, kvt,
+        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, hostc, diskc, refused,
+                       running, waiting, slots, used, kv, kvt,
                        ebatch, epad, etok, ewait, loaded, rej, lsec, lcount, lfail, res, rss, size, drain])

@@ -11,6 +11,8 @@ from typing import Any, BinaryIO
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _MAX_KV = 100_000
+_MAX_TENSORS = 1_000_000   # the largest models have tens of thousands
+_VERSIONS = (2, 3)
 _MAX_STR = 16 << 20
 _MAX_ARRAY = 50_000_000
 
@@ -75,3 +77,35 @@ def read_metadata(path: Path) -> dict[str, Any]:
             (vtype,) = struct.unpack("<I", _read(f, 4))
             out[key] = _value(f, vtype)
         return out
+
+
+def check_gguf(path: Path) -> dict[str, Any]:
+    """Is `path` a GGUF llama.cpp can load, as far as its header tells (checked before it is
+    installed): the magic, a known version, tensor and key counts within bounds, every key
+    readable, an architecture named, and the file longer than its header. NotGGUF says what
+    is wrong; returns the metadata."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise NotGGUF("not a GGUF file (no GGUF magic)")
+        (version,) = struct.unpack("<I", _read(f, 4))
+        if version not in _VERSIONS:
+            raise NotGGUF(f"GGUF version {version} is not supported (2 or 3)")
+        n_tensors, n_kv = struct.unpack("<QQ", _read(f, 16))
+        if not 1 <= n_tensors <= _MAX_TENSORS:
+            raise NotGGUF(f"implausible GGUF tensor count {n_tensors}")
+        if n_kv > _MAX_KV:
+            raise NotGGUF(f"implausible GGUF metadata key count {n_kv}")
+        meta: dict[str, Any] = {}
+        try:
+            for _ in range(n_kv):
+                key = _string(f)
+                (vtype,) = struct.unpack("<I", _read(f, 4))
+                meta[key] = _value(f, vtype)
+        except struct.error:
+            raise NotGGUF("truncated GGUF header") from None
+        if f.tell() >= path.stat().st_size:
+            raise NotGGUF("the file ends inside its GGUF header (truncated)")
+    # A split model's later shards hold only split.* keys; the first one names the architecture.
+    if not isinstance(meta.get("general.architecture"), str) and not meta.get("split.no"):
+        raise NotGGUF("the GGUF header names no general.architecture")
+    return meta

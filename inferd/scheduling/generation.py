@@ -26,6 +26,13 @@ image's hash, prefix reuse works across turns: a follow-up about the same image 
 cells cached and neither encodes nor decodes it again. A cached prefix never ends inside a
 span (it is cut back to the span's start).
 
+LoRA per request: each job carries an adapter set (its own, or the engine's default fixed
+at admission). llama.cpp applies adapters per context, so a step decodes the sequences of
+one set; with several sets running, they take turns in time slices sized by the measured
+cost of a switch (lora_slices.py), so the users of one adapter never wait for another's to
+finish. A slot's cached cells belong to the set they were computed with: a prefix is
+reused (or lent) only within the same set.
+
 The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
 scheduling policy and knows nothing about llama.cpp."""
 
@@ -43,10 +50,13 @@ from typing import Any, cast
 from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded,
                            copy_error)
 from inferd.observability.stats import GenStats
+from inferd.scheduling.lora_slices import AdapterSlices
+from inferd.scheduling.disk_cache import DiskCache
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
-from inferd.scheduling.jobs import Backend, Job, MediaBackend, MediaChunk, Slot, common_prefix, snap_to_media
+from inferd.scheduling.jobs import (Adapters, Backend, Job, LoraBackend, MediaBackend, MediaChunk, Slot, common_prefix,
+                                    snap_to_media)
 from inferd.types import Delta, FinishReason, TokenLogprob
 
 __all__ = ["Backend", "GenerationEngine", "Job", "MediaBackend", "MediaChunk", "Slot", "common_prefix"]
@@ -61,16 +71,18 @@ class GenerationEngine:
     """`max_waiting` bounds the jobs waiting for a slot: beyond it `submit` refuses with
     Overloaded (503 + retry_after_ms), so no request can grow the queue without bound."""
 
-    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0):
+    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0,
+                 disk_cache: DiskCache | None = None):
         self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
         # --cache-ram: KV states of evicted sequences in host memory (state_cache.py)
         self.host_cache = HostCache(host_cache_bytes) if host_cache_bytes > 0 and hasattr(backend, "seq_state") \
             else None
+        self.disk_cache = disk_cache  # --cache-dir: states that outlive the process (disk_cache.py)
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
-        # (fn, reset_cache, future, number of the last job submitted before the call)
-        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int]] = []
+        # (fn, reset_cache, future, number of the last job submitted before the call, default-set jobs only)
+        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int, bool]] = []
         self._submitted = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -78,6 +90,9 @@ class GenerationEngine:
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
         self._media_slot: Slot | None = None  # the slot whose image span this step decodes
+        self.default_adapters: Adapters = ()  # /set_lora's choice, for jobs without their own set
+        self._applied: Adapters = ()  # the set the context decodes with now
+        self.lora_slices = AdapterSlices()
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self.drafters = Drafters()  # draft models of this engine (speculation.py), worker thread only
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
@@ -107,13 +122,15 @@ class GenerationEngine:
                 j.cancelled = True
             self._cond.notify()
 
-    def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True) -> concurrent.futures.Future:
+    def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True,
+                       default_only: bool = False) -> concurrent.futures.Future:
         """Run `fn` on the worker once every job submitted before this call has finished;
         jobs submitted after it wait until `fn` has run. For changes that invalidate the KV
-        cache (switching a LoRA adapter)."""
+        cache. `default_only`: a change of the default adapter set, which only the jobs
+        without their own set see: it waits for those alone, and holds only those."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
-            self._idle_calls.append((fn, reset_cache, fut, self._submitted))
+            self._idle_calls.append((fn, reset_cache, fut, self._submitted, default_only))
             self._cond.notify()
         return fut
 
@@ -133,6 +150,8 @@ class GenerationEngine:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
+        if self.disk_cache is not None:
+            self.disk_cache.close()
         return not self._thread.is_alive()
 
     # ---- worker thread ----------------------------------------------------------------------
@@ -166,17 +185,47 @@ class GenerationEngine:
         now = time.perf_counter()
         self._drop_cancelled(now)
         if self._idle_calls:
-            barrier = self._idle_calls[0][3]
-            if self.active == 0 and not any(j.number <= barrier for j in self.waiting):
+            _fn, _reset, _fut, barrier, only = self._idle_calls[0]
+            if not any(s.job is not None and self._held(s.job, only) for s in self.slots) \
+                    and not any(j.number <= barrier and self._held(j, only) for j in self.waiting):
                 self._run_idle_calls()
         self._admit(now)
-        entries, jobs = self._build_batch()
+        present = {s.adapters for s in self.slots if s.job is not None}
+        if not present:
+            return
+        # one adapter set per step, the sets taking turns in time slices (lora_slices.py)
+        ad = self.lora_slices.pick(present, self._applied, now)
+        switched = ad != self._applied
+        if not self._use_adapters(ad, [s.job for s in self.slots if s.job is not None and s.adapters == ad]):
+            return
+        entries, jobs = self._build_batch(ad)
         if self._media_slot is not None:
             self._decode_media(self._media_slot, now)
-        if not entries:
-            return
+        if entries:
+            self.steps += 1
+            t0 = time.perf_counter()
+            self._decode_group(entries, jobs)
+            self.lora_slices.observe(time.perf_counter() - t0, switched)
+
+    def _use_adapters(self, adapters: Adapters, jobs: list[Job]) -> bool:
+        """Apply `adapters` for the next decode; False (and `jobs` failed) when they cannot be."""
+        if adapters == self._applied:
+            return True
+        try:
+            cast(LoraBackend, self.backend).set_adapters(adapters)
+        except InferdError as e:
+            self._applied = cast(Adapters, None)  # unknown: set again before the next decode
+            for job in jobs:  # every job of the set, siblings waiting for their fork included
+                if not job.done:
+                    self._fail_job(job, copy_error(e, "applying the LoRA adapters failed"))
+            return False
+        self._applied = adapters
+        return True
+
+    def _decode_group(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
+        """ONE decode for the entries of one adapter set, then each job's token (its rows are
+        valid only until the next decode)."""
         rows = self.backend.decode(entries)
-        self.steps += 1
         self.batch_sizes[len(entries)] += 1
         self.stats.batch.observe(len(entries))
         now = time.perf_counter()
@@ -185,7 +234,12 @@ class GenerationEngine:
                 self._verify(job, toks, row, now)
                 continue
             self.slots[seq].cache.extend(toks)
+            if job.return_progress and job.next_token is None and not job.generated:
+                self._emit(job, Delta(progress=(len(job.prompt), job.cached, len(self.slots[seq].cache),
+                                                round((now - job.t_admitted) * 1e3, 3))))
             if row >= 0:
+                if not job.generated and self.disk_cache is not None and self.disk_cache.checkpoints:
+                    self._checkpoint(job)  # prefill done: the prompt's state, resumable on SWA models
                 if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
                     self._fork(job, row, now)
                 self._on_token(job, row, now)
@@ -211,13 +265,21 @@ class GenerationEngine:
             if slot.job is not None and slot.job.cancelled:
                 self._finish(slot.job, "cancelled", now)
 
+    @staticmethod
+    def _held(job: Job, default_only: bool) -> bool:
+        """Does an idle call (see call_when_idle) concern `job`?"""
+        return not (default_only and job.own_adapters)
+
     def _admit(self, now: float) -> None:
-        barrier = self._idle_calls[0][3] if self._idle_calls else None
+        barrier, only = (self._idle_calls[0][3], self._idle_calls[0][4]) if self._idle_calls else (None, False)
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
-            if not free or (barrier is not None and self.waiting[0].number > barrier):
-                return  # jobs after a pending idle call wait for it
-            job = self.waiting[0]
+            # jobs after a pending idle call wait for it (those it concerns: the first other one goes)
+            i = next((k for k, j in enumerate(self.waiting)
+                      if barrier is None or j.number <= barrier or not self._held(j, only)), None)
+            if not free or i is None:
+                return
+            job = self.waiting[i]
             problem: tuple[type[InvalidInput], str, str | None] | None = None  # (class, message, param)
             if len(job.group) > len(self.slots):
                 problem = (InvalidInput, f"n={len(job.group)} is more than the {len(self.slots)} sequences this "
@@ -225,9 +287,14 @@ class GenerationEngine:
             elif len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
                 problem = (ContextOverflow, f"the prompt has {len(job.prompt)} tokens; this model's context holds "
                            f"{self.backend.n_ctx_seq}", None)
+            elif job.pin_slot is not None and not 0 <= job.pin_slot < len(self.slots):
+                problem = (InvalidInput, f"id_slot {job.pin_slot} does not exist: this model has "
+                           f"{len(self.slots)} slots (0 to {len(self.slots) - 1}, or -1 for any)", "id_slot")
+            elif job.pin_slot is not None and self.slots[job.pin_slot].job is not None:
+                return  # waits for its slot; later jobs keep their place behind it (as llama-server defers)
             elif len(free) < len(job.group):
                 return  # a group starts together; later jobs keep their place behind it
-            self.waiting.popleft()
+            del self.waiting[i]
             if problem is not None:
                 cls, message, param = problem
                 for j in job.group:  # one exception instance per job
@@ -240,30 +307,37 @@ class GenerationEngine:
                 sib.slot, sib.t_admitted, sib.out, sib.forked = slot.id, now, TextOut(sib.stop), True
                 slot.job, slot.last_used = sib, now
                 self.backend.seq_rm(slot.id, -1, -1)  # its old cells are no prefix to lend any more
-                slot.cache = []
+                slot.cache, slot.adapters = [], self.slots[job.slot].adapters if job.slot is not None else ()
+                sib.adapters = job.adapters
             if job.max_tokens <= 0:
                 for j in job.group:
                     self._finish(j, "length", now)
 
     def _assign(self, job: Job, free: list[Slot], now: float) -> None:
         prompt = job.prompt
+        if job.adapters is None:  # the default set as it is now: a later /set_lora does not change it
+            job.adapters = self.default_adapters
+        ad = job.adapters
         limit = snap_to_media(job, len(prompt) - 1) if job.prompt_cache else 0  # the last prompt token (or image) is decoded
+
+        def reuse(s: Slot) -> int:  # cells computed with another adapter set are no prefix of this job's
+            return snap_to_media(job, min(common_prefix(s.cache, prompt), limit)) if s.adapters == ad else 0
         key = job.cache_key
         # prompt_cache_key: its own slot first; slots another key holds last (a longer prefix
         # elsewhere is still borrowed below, by copying cells)
-        own = max(free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key,
-                                       snap_to_media(job, min(common_prefix(s.cache, prompt), limit)), -s.last_used))
-        keep = snap_to_media(job, min(common_prefix(own.cache, prompt), limit))
+        own = self.slots[job.pin_slot] if job.pin_slot is not None else max(
+            free, key=lambda s: (key is not None and s.key == key, s.key is None or s.key == key, reuse(s), -s.last_used))
+        keep = reuse(own)
         donor, donor_keep = None, keep
         for s in self.slots:
             if s is not own and s.shareable:
-                n = snap_to_media(job, min(common_prefix(s.cache, prompt), limit))
+                n = reuse(s)
                 if n > donor_keep:
                     donor, donor_keep = s, n
         restored = False
-        if self.host_cache is not None and job.prompt_cache:
+        if self.host_cache is not None and job.prompt_cache and not ad and not own.adapters:  # base weights only
             self._to_host(own, keep)
-            n, hit = self.host_cache.best(prompt, limit)
+            n, hit = self.host_cache.best(prompt, limit, getattr(self.backend, "reuse_floor", None))
             n = snap_to_media(job, n)  # never inside an image span
             if hit is not None and n > donor_keep:
                 restored = self._from_host(own, hit, n)
@@ -271,6 +345,16 @@ class GenerationEngine:
                     donor, keep, own.cache = None, n, prompt[:n]
                 else:  # the slot was emptied for the failed restore
                     keep, own.cache = 0, []
+        # the disk tier holds base-weight states only (its entries are not keyed by a request's adapter set)
+        if not restored and self.disk_cache is not None and job.prompt_cache and not job.media and not ad \
+                and not own.adapters:
+            n = self.disk_cache.restore(self.backend, own.id, prompt, limit, key, max(keep, donor_keep))
+            if n < 0:
+                self.stats.prompt_cache_refused += 1
+            if n:  # loaded (n > 0) or the slot emptied by a failed load (-1)
+                restored, donor, keep = True, None, max(n, 0)
+                own.cache = prompt[:keep]
+                self.stats.disk_cache_restored_tokens += keep
         if restored:
             pass
         elif donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
@@ -284,20 +368,27 @@ class GenerationEngine:
             own.cache = []
         else:
             own.cache = own.cache[:keep]
+        if keep and not self._reusable(own, keep):  # a sliding-window cache lacks cells this prefix needs
+            self.backend.seq_rm(own.id, -1, -1)
+            keep, own.cache = 0, []
+            self.stats.prompt_cache_refused += 1
         job.slot, job.cached, job.t_admitted = own.id, keep, now
+        own.adapters = ad
         own.key = key if key is not None else own.key
         self.stats.prompt_tokens += len(prompt)
         self.stats.cached_tokens += keep
         job.out = TextOut(job.stop)
         own.job, own.last_used = job, now
 
-    def _build_batch(self) -> tuple[list[tuple[int, list[int], int, bool]], list[Job]]:
+    def _build_batch(self, adapters: Adapters = ()) -> tuple[list[tuple[int, list[int], int, bool]], list[Job]]:
+        """This step's entries: the sequences of adapter set `adapters` (the others wait for
+        their turn)."""
         entries: list[tuple[int, list[int], int, bool]] = []
         jobs: list[Job] = []
         prefilling: list[Slot] = []
         for slot in self.slots:
             job = slot.job
-            if job is None:
+            if job is None or slot.adapters != adapters:
                 continue
             if job.next_token is not None:
                 entries.append((slot.id, [job.next_token], len(slot.cache), True))
@@ -436,6 +527,22 @@ class GenerationEngine:
         self.stats.host_cache_restored_tokens += n
         return True
 
+    def _checkpoint(self, job: Job) -> None:
+        """Offer the job's sequence as it stands to the disk cache (written off this thread)."""
+        assert self.disk_cache is not None and job.slot is not None
+        if job.prompt_cache and not job.media and not job.shifted and not job.adapters:
+            self.disk_cache.offer(self.slots[job.slot].cache, job.cache_key,
+                                  functools.partial(cast(Any, self.backend).seq_state, job.slot))
+
+    def _reusable(self, slot: Slot, keep: int) -> bool:
+        """Does the sequence, cut to `keep` tokens, still hold the cells its next position
+        attends to? A live slot does (the context keeps every cell: swa_full), but a state
+        restored from RAM or disk holds a sliding-window layer's cells only near its end, so
+        cut further back it cannot be resumed (llama-server's "forcing full prompt
+        re-processing"): then the prompt is prefilled whole, counted in prompt_cache_refused."""
+        check = getattr(self.backend, "reusable", None)
+        return check is None or check(slot.id, keep)
+
     # ---- speculation (speculation.py) and context shift ----------------------------------------
     def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
         """Append each speculating sequence's draft to its entry (want = 1 + draft tokens),
@@ -528,9 +635,12 @@ class GenerationEngine:
         if reason != "cancelled" and job.out is not None:
             text += job.out.flush()
         job.next_token = None
-        matched = job.out.matched if reason == "stop" and job.out is not None else None
+        usage, st = job.usage(now), self.stats
+        st.prompt_seconds += usage.prompt_seconds  # llama-server's llamacpp:* metrics (/metrics)
+        st.predicted_seconds += usage.generation_seconds
+        st.n_tokens_max = max(st.n_tokens_max, usage.total_tokens)
         self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
-                              usage=job.usage(now), stop_sequence=matched))
+                              usage=usage, stop_word=job.out.stop_word if job.out is not None else None))
         self._close_job(job, reason)
 
     def _close_job(self, job: Job, reason: str = "error") -> None:
@@ -550,6 +660,8 @@ class GenerationEngine:
                 slot.cache = []
                 if job.speculation is not None and job.speculation.drafter is not None:  # nor in a draft's cache
                     job.speculation.drafter.forget(slot.id)
+            elif self.disk_cache is not None and reason in ("stop", "length") and len(job.group) == 1:
+                self._checkpoint(job)
         try:
             job.sampler.close()
         except Exception:
@@ -589,16 +701,19 @@ class GenerationEngine:
     def _run_idle_calls(self) -> None:
         with self._cond:
             calls, self._idle_calls = self._idle_calls[:1], self._idle_calls[1:]
-        for fn, reset, fut, _barrier in calls:
+        for fn, reset, fut, _barrier, _only in calls:
             try:
                 if reset:
                     self._reset_cache()
-                fut.set_result(fn())
+                result = fn()
+                if reset and self.disk_cache is not None:  # after a LoRA switch: another identity
+                    self.disk_cache.refresh()
+                fut.set_result(result)
             except BaseException as e:
                 fut.set_exception(e)
 
     def _fail_idle_calls(self, make_error: Callable[[], BaseException]) -> None:
         with self._cond:
             calls, self._idle_calls = self._idle_calls, []
-        for _fn, _reset, fut, _barrier in calls:
+        for _fn, _reset, fut, _barrier, _only in calls:
             fut.set_exception(make_error())

@@ -48,6 +48,15 @@ class MediaBackend(Backend, Protocol):
     def decode_media(self, seq: int, chunk: Any, p0: int, want: bool) -> int: ...
 
 
+# A set of LoRA adapters with their scales, as the engine groups decodes by it: sorted
+# (path, scale) pairs, no zero scales; () is the base weights.
+Adapters = tuple[tuple[str, float], ...]
+
+
+class LoraBackend(Backend, Protocol):
+    def set_adapters(self, adapters: Adapters) -> None: ...  # for the decodes that follow
+
+
 @dataclass(eq=False)
 class Job:
     """One sequence to generate. `sink` receives Deltas on the worker thread and must not
@@ -65,7 +74,12 @@ class Job:
     prompt_cache: bool = True
     cache_key: str | None = None
     compaction: float = 0.0
+    pin_slot: int | None = None       # run in this slot only, waiting for it (llama-server's id_slot)
     speculation: Speculation | None = None
+    # LoRA: this job's adapter set; None: the engine's default (/set_lora), fixed at admission
+    adapters: Adapters | None = None
+    own_adapters: bool = False        # the request brought its set: a default change does not concern it
+    return_progress: bool = False     # emit prompt_progress deltas while prefilling
     # Images: prompt index of a placeholder span's start -> its media chunk (see module doc).
     media: dict[int, Any] = field(default_factory=dict)
     # n > 1: the other choices of the same prompt, on the first job only (see module doc).
@@ -112,6 +126,7 @@ class Slot:
     job: Job | None = None
     last_used: float = 0.0
     key: str | None = None                          # prompt_cache_key of the last job here
+    adapters: Adapters = ()                         # the LoRA set its cells were computed with
 
     @property
     def shareable(self) -> bool:

@@ -19,7 +19,7 @@ class TextOut:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""
         self.stopped = False
-        self.matched: str | None = None  # the stop string that ended the text (Anthropic's stop_sequence)
+        self.stop_word: str | None = None  # the stop string that matched
         self.text = ""  # everything emitted so far
 
     def feed(self, data: bytes) -> str:
@@ -49,7 +49,7 @@ class TextOut:
         for s in self.stops:
             i = buf.find(s)
             if i >= 0 and (cut < 0 or i < cut):
-                cut, self.matched = i, s
+                cut, self.stop_word = i, s
         if cut >= 0:
             self.stopped = True
             self._held = ""

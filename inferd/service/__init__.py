@@ -37,7 +37,7 @@ from inferd.service.encoders import EmbedResult, EncoderService, RerankResult
 from inferd.service.extraction import ExtractionService
 from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
-from inferd.service import model_info
+from inferd.service import llama_props, model_info
 from inferd.service.lora import LoraService
 from inferd.service.speech import SpeechLimits, SpeechService
 from inferd.service.rewriting import RewriteResult, RewritingService
@@ -49,7 +49,7 @@ from inferd.service.tabular import PredictResult, Rows, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
 from inferd.text.chunking import FixedConfig
-from inferd.types import GenerateRequest, Generation
+from inferd.types import GenerateRequest, Generation, LoraRef
 
 
 class InferenceService:
@@ -173,6 +173,9 @@ class InferenceService:
     async def generate_batch(self, reqs: list[GenerateRequest | InferdError]) -> list[Generation | InferdError]:
         return await self.generation.generate_batch(reqs)
 
+    async def count_prompt_tokens(self, req: GenerateRequest) -> tuple[str, int]:
+        return await self.generation.count_prompt_tokens(req)
+
     async def load_generator(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         return await self.generation.load(model, keep_alive)
 
@@ -192,6 +195,25 @@ class InferenceService:
 
     async def set_lora(self, model: str | None, name: str | None) -> tuple[ModelSpec, str | None]:
         return await self.lora.set(model, name)
+
+    def lora_adapters(self, model: str | None) -> tuple[ModelSpec, list[dict[str, Any]]]:
+        spec = self.generation.spec(model)
+        return spec, self.lora.adapters_table(spec)
+
+    async def set_lora_scales(self, model: str | None, refs: list[LoraRef]) -> ModelSpec:
+        return await self.lora.set_scales(model, refs)
+
+    def adapter_models(self) -> list[tuple[str, ModelSpec]]:
+        """(`base:adapter`, base spec) of every generator's adapters: served names too."""
+        return [(n, s) for s in self.models(ModelKind.GENERATOR) for n in self.lora.served_names(s)]
+
+    # ---- llama-server helpers (llama_props.py) --------------------------------------------------
+    async def props(self, model: str | None) -> llama_props.Props:
+        return await llama_props.props(self.generation, model)
+
+    async def apply_template(self, model: str | None, messages: list[dict[str, Any]],
+                             template_kwargs: dict[str, Any], tools: list[dict[str, Any]] | None) -> str:
+        return await llama_props.apply_template(self.generation, model, messages, template_kwargs, tools)
 
     # ---- encoders, chunking, tabular ----------------------------------------------------------
     async def embed(self, model: str | None, inputs: Sequence[ImageEmbedInput], **kw: Any) -> EmbedResult:

@@ -36,6 +36,7 @@ from inferd.scheduling.thinking import ThinkingBudget
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
+from inferd.service.fim import check_fim, infill_tokens
 from inferd.service.handles import GeneratorHandle, GeneratorRuntime
 from inferd.service.limits import check_engine_limits
 from inferd.service.lora import LoraService
@@ -123,7 +124,11 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
     plan = plan_request(req, template if use_template else None, default_budget)
     text = ""
     checkpoint()
-    if use_template:
+    if req.infill is not None:  # fill-in-the-middle: the model's FIM tokens around the parts (fim.py)
+        check_fim(req.model, rt.fim_tokens, req.infill_param)
+        tokens = infill_tokens(lambda t: rt.tokenize(t, add_special=False, parse_special=False), rt.fim_tokens,
+                               rt.bos_token, req.infill, rt.n_batch, n_ctx, req.max_tokens or 0)
+    elif use_template:
         messages, kwargs = req.messages, dict(req.template_kwargs)
         if plan is not None:
             messages = plan.messages
@@ -179,6 +184,10 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
     if not 1 <= req.n <= max(1, getattr(rt, "n_seq", 1)):
         raise InvalidInput(f"n must be between 1 and {getattr(rt, 'n_seq', 1)} (the sequences model "
                            f"'{req.model}' runs at once)", "n")
+    slot, n_seq = req.engine.slot, max(1, getattr(rt, "n_seq", 1))
+    if slot is not None and not 0 <= slot < n_seq:
+        raise InvalidInput(f"id_slot {slot} does not exist: model '{req.model}' has {n_seq} slots "
+                           f"(0 to {n_seq - 1}, or -1 for any)", "id_slot")
     if plan is not None:
         grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
         if grammar is not None:
@@ -309,6 +318,13 @@ class GenerationService:
         """Start a generation; every request error is raised here, before a stream exists."""
         arrived = time.perf_counter()
         check_engine_limits(req)
+        served = req.model
+        base, adapter = self.lora.split_model(req.model)  # `base:adapter` serves that adapter (lora.py)
+        if adapter is not None:
+            if req.lora is not None:
+                raise InvalidInput(f"model '{req.model}' names an adapter already; send 'lora' with the base "
+                                   f"model '{base}' instead", "lora")
+            req.model, req.lora = base or "", [adapter]
         spec = self.spec(req.model)
         req.model = spec.name
         refs = image_refs(req.messages)
@@ -327,8 +343,12 @@ class GenerationService:
             t0 = time.perf_counter()
             handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
             assert isinstance(handle, GeneratorHandle)
-            await self.lora.ensure(spec, handle)  # a reloaded model gets its adapter back
+            if req.lora is None:  # a reloaded model gets its default set back (its own set: not its concern)
+                await self.lora.ensure(spec, handle)
+            adapters = await self.lora.for_request(spec, handle, req.lora)
             stream = GenerationStream(req, spec, handle, stack, self, time.perf_counter() - t0)
+            if adapter is not None:  # responses name the adapter's own model, as vLLM's do
+                stream.model = served or spec.name
             ctl = req.engine
             check_controls(ctl, spec, handle)
             stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
@@ -344,7 +364,9 @@ class GenerationService:
                            top_logprobs=req.sampling.top_logprobs if req.sampling.logprobs else None,
                            sink=stream.sink(loop, index), arrived=arrived, stream=req.stream,
                            prompt_cache=ctl.prompt_cache, cache_key=ctl.prompt_cache_key,
-                           compaction=ctl.cache_compaction_ratio,
+                           compaction=ctl.cache_compaction_ratio, pin_slot=ctl.slot if index == 0 else None,
+                           adapters=adapters, own_adapters=adapters is not None,
+                           return_progress=req.return_progress and req.stream and index == 0,
                            thinking=ThinkingBudget(**p.thinking) if p.thinking is not None else None,
                            # each choice drafts on its own; the response reports the first's
                            speculation=(sp if index == 0 else dataclasses.replace(sp)) if sp is not None else None)
@@ -388,6 +410,25 @@ class GenerationService:
         async with self.admission.slot(weight=max(1, work)):
             return list(await asyncio.gather(*(one(r) for r in reqs)))
 
+    async def count_prompt_tokens(self, req: GenerateRequest) -> tuple[str, int]:
+        """-> (model, the prompt tokens `req` would use): rendered with its template, tools and
+        thinking exactly as a generation would be (every 400 the same), without generating.
+        Image parts count as their text markers; the images themselves are not decoded."""
+        check_engine_limits(req)
+        spec = self.spec(req.model)
+        req.model = spec.name
+        async with self.admission.slot(), self.registry.use(spec.name, GEN) as handle:
+            assert isinstance(handle, GeneratorHandle)
+
+            def count(rt: GeneratorRuntime) -> int:
+                p = prepare(rt, req)
+                for sampler in [p.sampler, *(s for s, _o in p.more)]:
+                    sampler.close()
+                _close_media(p.media)
+                return len(p.prompt)
+
+            return spec.name, await self.prep.run(count, handle.backend)
+
     async def load(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         """Load (or, with keep_alive 0, unload) a generator without generating: Ollama's
         empty-prompt request."""
@@ -420,7 +461,7 @@ class GenerationService:
         are left to finish, as in GenAIServer. Returns how many were cancelled."""
         if model:
             self.catalog.resolve(model, ModelKind.GENERATOR)
-        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.model == model)]
+        hit = [s for s in self.streams if s.req.stream and not s.finished and (not model or s.spec.name == model)]
         for s in hit:
             s.cancel()
         return len(hit)
@@ -437,7 +478,7 @@ class _Acc:
     logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
     usage: Usage = dataclasses.field(default_factory=Usage)
     reason: Any = None
-    stop_sequence: str | None = None
+    stop_word: str | None = None
 
 
 async def collect(stream: GenerationStream) -> Generation:
@@ -453,14 +494,14 @@ async def collect(stream: GenerationStream) -> Generation:
         if d.usage is not None:
             a.usage = d.usage
         a.reason = d.finish_reason or a.reason
-        a.stop_sequence = d.stop_sequence or a.stop_sequence
+        a.stop_word = d.stop_word or a.stop_word
     if any(a.reason == "cancelled" for a in accs):
         raise Cancelled()
     gens = [Generation(model=stream.model, text="".join(a.parts), finish_reason=a.reason or "stop", usage=a.usage,
-                       reasoning="".join(a.thought) or None, tool_calls=a.calls, stop_sequence=a.stop_sequence,
+                       reasoning="".join(a.thought) or None, tool_calls=a.calls,
                        tokens=a.tokens, prompt_tokens=stream.prompt_tokens,
                        logprobs=a.logprobs if stream.req.sampling.logprobs else None, created=stream.created,
-                       index=i) for i, a in enumerate(accs)]
+                       index=i, stop_word=a.stop_word) for i, a in enumerate(accs)]
     first = gens[0]
     first.usage, first.choices = total_usage([g.usage for g in gens]), gens[1:]
     first.speculation = stream.speculation.report() if stream.speculation is not None else None

@@ -11,11 +11,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from inferd.scheduling.batcher import Batcher
 from inferd.scheduling.generation import Backend, GenerationEngine
+from inferd.scheduling.jobs import Adapters
 from inferd.scheduling.speech import SpeechQueue, SpeechRuntime
 from inferd.types import Image, SamplingParams
 
@@ -37,11 +37,16 @@ class GeneratorRuntime(Backend, Protocol):
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
     def tokenize_rendered(self, text: str) -> list[int]: ...
     def detokenize(self, tokens: list[int]) -> str: ...
+    @property
+    def fim_tokens(self) -> dict[str, int]: ...
+    @property
+    def bos_token(self) -> int | None: ...
     def token_bytes(self, token: int) -> bytes: ...
     def check_tokens(self, tokens: list[int], param: str = "prompt") -> None: ...
     def make_sampler(self, params: SamplingParams) -> Any: ...
     def warm_up(self) -> None: ...
-    def set_adapter(self, path: Path | None, scale: float = 1.0) -> None: ...
+    def set_adapters(self, adapters: Adapters) -> None: ...
+    def load_adapter(self, path: str) -> None: ...
     def close(self) -> None: ...
     # images (vision generators; media_marker is None without a projector)
     @property
@@ -122,15 +127,17 @@ class GeneratorHandle:
         """Block until one warm-up decode has run on the engine's worker thread."""
         self.engine.call_when_idle(self.backend.warm_up).result()
 
-    async def set_lora(self, name: str | None, path: Path | None) -> None:
-        """Apply adapter `name` at `path` (None: base weights) once the requests already
-        submitted have finished; later ones wait for it. Shielded: the switch completes even
-        if the caller is cancelled."""
+    async def set_lora(self, name: str | None, adapters: Adapters) -> None:
+        """Make `adapters` ((path, scale) pairs; () the base weights) the default set of the
+        requests that bring none, once those already submitted have finished; later ones wait
+        for it (GenAIServer's /set_lora). Requests with their own set neither wait nor are waited for. `name` is what the catalog shows.
+        Shielded: the switch completes even if the caller is cancelled. The KV cache stays:
+        the engine keys every cached prefix by the adapter set it was computed with."""
         def apply() -> None:
-            self.backend.set_adapter(path)
-            self.lora = name if path else None
+            self.engine.default_adapters = adapters
+            self.lora = name if adapters else None
 
-        await asyncio.shield(asyncio.wrap_future(self.engine.call_when_idle(apply)))
+        await asyncio.shield(asyncio.wrap_future(self.engine.call_when_idle(apply, reset_cache=False, default_only=True)))
 
     def close(self) -> None:
         if self.engine.close():

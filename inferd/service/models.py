@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import InsufficientStorage, InvalidInput, ModelNotFound, NotFound
+from inferd.errors import Forbidden, InsufficientStorage, InvalidInput, ModelNotFound, NotFound
+from inferd.net.policy import FetchPolicy
 from inferd.registry.discovery import MANIFEST, make_spec
 from inferd.registry.pull.install import install, remove_folder
 from inferd.registry.pull.names import is_hub_name, parse_hub
@@ -82,8 +83,12 @@ class ModelManager:
         self.settings, self.registry = settings, registry
         self.models_dir = settings.models_dir
         self.events = EventBus()
+        # Hosts a pull may reach: the configured registry and Hub endpoint, and client-named
+        # registry hosts only on public addresses (unless --allow-private-registries).
+        self.policy = FetchPolicy(allow_private=settings.allow_private_registries, flag="--allow-private-registries")
         self.puller = Puller(settings.models_dir, reserve_bytes=settings.download_reserve_bytes,
-                             prefer_quantized=settings.prefer_quantized, ollama_registry=settings.ollama_registry)
+                             prefer_quantized=settings.prefer_quantized, ollama_registry=settings.ollama_registry,
+                             policy=self.policy)
         registry.listener = self.events.publish
         if settings.allow_downloads:
             registry.downloadable = self.downloadable
@@ -116,11 +121,33 @@ class ModelManager:
         # (and the registry refuses a kind the endpoint cannot use).
         return await self.pull(name, hub=True, kind=kind if kind is ModelKind.EMBEDDER else None)
 
+    async def check_pull(self, name: str, *, hub: bool | None = None, insecure: bool = False) -> None:
+        """Refusals a pull meets before anything is fetched, raised before a progress stream
+        starts (so they are the response's status, not an error line): downloads off (403), a
+        malformed name or a registry host on a non-public address (400)."""
+        if not self.settings.allow_downloads:
+            raise Forbidden("downloads are disabled on this server; start it with --allow-downloads to pull models")
+        repo_ids_are_hub = hub if hub is not None else True
+        if is_hub_name(name) or (repo_ids_are_hub and name.count("/") == 1):
+            return  # the Hub endpoint is the operator's (HF_ENDPOINT), not the client's
+        from inferd.registry.pull.names import parse_ollama
+        from inferd.registry.pull.ollama import Registry as OllamaRegistry
+
+        try:
+            ref = parse_ollama(name)
+        except ValueError as e:
+            raise InvalidInput(str(e), "model") from e
+        reg = OllamaRegistry(self.settings.ollama_registry, insecure, self.policy)
+        await asyncio.to_thread(reg.policy.resolve, reg.base(ref) + "/v2/", "model")
+
     async def pull(self, name: str, on_event: Callable[[dict[str, Any]], None] | None = None, *,
                    hub: bool | None = None, insecure: bool = False, kind: ModelKind | None = None) -> ModelSpec:
         """Download `name` and serve it. Progress goes to `on_event` (on the event loop) and, as
         `downloading` events, to /models/events. A caller that goes away (its task cancelled)
-        stops the transfer once nobody else waits for it; the part stays for a resume."""
+        stops the transfer once nobody else waits for it; the part stays for a resume.
+        Only with --allow-downloads (403 otherwise)."""
+        if not self.settings.allow_downloads:
+            raise Forbidden("downloads are disabled on this server; start it with --allow-downloads to pull models")
         loop = asyncio.get_running_loop()
         self.events.loop = loop
         cancel = threading.Event()
@@ -243,6 +270,7 @@ class ModelManager:
         if parameters:
             manifest["options"] = {**manifest.get("options", {}), **parameters}
         folder = self._free_name(name, kind)
+        await asyncio.to_thread(_check_weights, blobs)
         return await self._install(folder, kind, blobs, manifest, name)
 
     async def _install(self, folder: Path, kind: ModelKind, files: dict[str, Path], manifest: dict[str, Any],
@@ -351,3 +379,19 @@ def _model_files(path: Path) -> dict[str, Path]:
     return out
 
 
+
+
+def _check_weights(files: dict[str, Path]) -> None:
+    """Every GGUF a created model would be made of has a sane header: a bad upload is the
+    create's 400, not a 500 at its first chat. Blocking."""
+    from inferd.registry.gguf_meta import NotGGUF, check_gguf
+
+    for dest, path in files.items():
+        if not dest.endswith(".gguf"):
+            continue
+        try:
+            check_gguf(path)
+        except NotGGUF as e:
+            raise InvalidInput(f"{dest}: {e}", "files") from e
+        except OSError as e:
+            raise InvalidInput(f"{dest}: cannot be read ({e.strerror})", "files") from e

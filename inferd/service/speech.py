@@ -101,6 +101,7 @@ class TranscriptionStream:
         self._windows: AsyncIterator[ChunkResult] | None = None
         self._stack = stack
         self.closed = False
+        self.large = False      # a long decode: its freed heap is handed back to the OS on close
 
     async def windows(self) -> AsyncIterator[list[Segment]]:
         """The segments of each window as it is decoded (a window without speech: [])."""
@@ -121,7 +122,12 @@ class TranscriptionStream:
         self.closed = True
         for f in self._futures:
             f.cancel()  # the queue drops these windows before their batch runs
+        self._futures, self._windows = [], None   # the samples and windows go with them
         await self._stack.aclose()
+        if self.large:
+            from inferd.runtimes.speech.audio import release_memory
+
+            await asyncio.to_thread(release_memory)
 
 
 class SpeechService:
@@ -140,6 +146,9 @@ class SpeechService:
                                   f"{self.limits.max_audio_bytes} bytes per request")
         if not req.audio:
             raise InvalidInput("the audio file is empty", "file")
+        from inferd.runtimes.speech.audio import container_of
+
+        container_of(req.audio)  # not an accepted container (a playlist, an SDP ...): 400 before a slot is taken
         stack = contextlib.AsyncExitStack()
         try:
             await stack.enter_async_context(self.admission.slot())
@@ -154,6 +163,8 @@ class SpeechService:
             chunks = await asyncio.to_thread(plan, audio, rt.rate, req.language)
             stream = TranscriptionStream(spec, opts.task, stack)
             stream.duration = audio.shape[0] / rt.rate
+            stream.large = stream.duration > 120 or len(req.audio) > 4 << 20
+            del audio
             stream._windows = self._run(handle, chunks, opts, stream, req.language is None and rt.multilingual)
             return stream
         except BaseException:

@@ -30,7 +30,9 @@ _CHUNK = 1 << 20
 
 def sniff(head: bytes) -> str | None:
     """The media type of a file from its first bytes (images and audio only), or None.
-    The client's Content-Type is never trusted: it is whatever the client says."""
+    The client's Content-Type is never trusted: it is whatever the client says. Only what
+    every route taking file ids decodes is accepted: TIFF, HEIC and AVIF are refused here
+    rather than stored and then refused by chat and /ai/v1/read."""
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
     if head.startswith(b"\xff\xd8\xff"):
@@ -43,8 +45,6 @@ def sniff(head: bytes) -> str | None:
         return "audio/wav"
     if head.startswith(b"BM") and len(head) >= 14 and int.from_bytes(head[2:6], "little") >= 14:
         return "image/bmp"
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
-        return "image/tiff"
     if head.startswith(b"fLaC"):
         return "audio/flac"
     if head.startswith(b"OggS"):
@@ -54,12 +54,8 @@ def sniff(head: bytes) -> str | None:
     if head.startswith(b"\x1a\x45\xdf\xa3"):
         return "audio/webm"  # Matroska/WebM container: what browsers record audio in
     if head[4:8] == b"ftyp":
-        brand = head[8:12]
-        if brand in (b"M4A ", b"M4B ", b"mp42", b"isom", b"dash"):
-            return "audio/mp4"
-        if brand in (b"heic", b"heix", b"mif1", b"avif"):
-            return "image/avif" if brand == b"avif" else "image/heic"
-        return None
+        # HEIC/AVIF (brands heic, mif1, avif ...) are not accepted: no route decodes them.
+        return "audio/mp4" if head[8:12] in (b"M4A ", b"M4B ", b"mp42", b"isom", b"dash") else None
     if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xF6) == 0xF0:
         return "audio/aac"   # ADTS frame sync with layer bits 00
     if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xE0) == 0xE0 and (head[1] & 0x06):
@@ -128,7 +124,7 @@ class FileStore:
         head = src.read(64)
         ctype = sniff(head)
         if ctype is None:
-            raise InvalidInput("unsupported file type: only images (PNG, JPEG, GIF, WebP, BMP, TIFF) and audio "
+            raise InvalidInput("unsupported file type: only images (PNG, JPEG, GIF, WebP, BMP) and audio "
                                "(WAV, MP3, FLAC, OGG, M4A, WebM, AAC) are accepted, recognised by their content",
                                "file")
         with self._lock:
@@ -202,6 +198,20 @@ class FileStore:
         if not (self.root / file_id).is_file():
             raise NotFound(f"no file with id '{file_id}'")
         return _public(meta)
+
+    def read_audio(self, file_id: str, limit: int, where: str) -> bytes:
+        """The bytes of a stored audio file for a transcription: 404 for an unknown id, 400 for
+        a file that is not audio, 413 over `limit` (checked on the stored size first)."""
+        meta = self.get(file_id)
+        if not str(meta.get("content_type", "")).startswith("audio/"):
+            raise InvalidInput(f"{where}: file '{file_id}' is {meta.get('content_type')}, not audio", where)
+        if int(meta["bytes"]) > limit:
+            raise PayloadTooLarge(f"the audio file is {meta['bytes']} bytes; at most {limit} bytes per request")
+        with open(self.root / file_id, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise PayloadTooLarge(f"the audio file is larger than {limit} bytes, the most per request")
+        return data
 
     def delete(self, file_id: str) -> dict[str, Any]:
         meta = self.get(file_id)

@@ -18,6 +18,7 @@ from inferd.api.deps import get_service
 from inferd.api.openai import gen as oai
 from inferd.api.openai.dialect import ANTFLY
 from inferd.api.openai.gen import ChatCompletionRequest
+from inferd.api.infill import ping_interval
 from inferd.api.streaming import cancel_on_disconnect, generate_or_stream, sse_response
 from inferd.errors import InferdError, InvalidInput
 from inferd.service import InferenceService
@@ -132,7 +133,8 @@ async def generate(body: GenerateBody, request: Request, svc: InferenceService =
     usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate_or_stream(
         request, svc, chat_request(body),
-        stream=lambda s: sse_response(oai.chat_chunks(s, usage, ANTFLY), s.aclose, ANTFLY.name),
+        stream=lambda s: sse_response(oai.chat_chunks(s, usage, ANTFLY), s.aclose, ANTFLY.name,
+                                      ping=ping_interval(body.sse_ping_interval)),
         respond=chat_response)
 
 

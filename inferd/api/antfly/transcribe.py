@@ -1,4 +1,4 @@
-"""Antfly face, speech: POST /ai/v1/transcribe {model, audio: base64, language?}
+"""Antfly face, speech: POST /ai/v1/transcribe {model, audio: base64 or a file-... id, language?}
 -> {object: "list", data: [{object: "transcription", index, text, language}], model, usage}."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 
 from inferd.api.deps import get_service
 from inferd.api.openai.audio import language_of
+from inferd.api.openai.files import read_audio
 from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.service import InferenceService
@@ -53,6 +54,9 @@ def response(t: Transcription) -> dict:
 @router.post("/transcribe")
 async def transcribe(body: TranscribeBody, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     svc.speech.spec(body.model)  # unknown model: 404 before the audio is looked at
-    req = TranscribeRequest(model=body.model, audio=audio_bytes(body.audio, svc.settings.max_audio_bytes),
-                            language=language_of(body.language))
+    limit = svc.settings.max_audio_bytes
+    ref = body.audio.strip()
+    # "-" is not in the base64 alphabet: a file id can never be mistaken for audio bytes.
+    audio = await read_audio(request, ref, limit, "audio") if ref.startswith("file-") else audio_bytes(ref, limit)
+    req = TranscribeRequest(model=body.model, audio=audio, language=language_of(body.language))
     return JSONResponse(response(await cancel_on_disconnect(request, svc.speech.transcribe(req))))

@@ -51,7 +51,7 @@ def message_response(g: Generation, omit_thinking: bool = False) -> dict[str, An
     if g.text:
         content.append({"type": "text", "text": g.text})
     content.extend(tool_use(c) for c in g.tool_calls)
-    reason = stop_reason(g.finish_reason, g.stop_sequence)
+    reason = stop_reason(g.finish_reason, g.stop_word)
     return {"id": new_id(), "type": "message", "role": "assistant", "model": g.model, "content": content,
-            "stop_reason": reason, "stop_sequence": g.stop_sequence if reason == "stop_sequence" else None,
+            "stop_reason": reason, "stop_sequence": g.stop_word if reason == "stop_sequence" else None,
             "usage": usage(g.usage)}

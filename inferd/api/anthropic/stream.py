@@ -74,9 +74,9 @@ async def events(stream: Any, omit_thinking: bool = False) -> AsyncIterator[dict
         yield e
     if last is None:
         return  # cancelled before anything was generated: no message to finish
-    reason = stop_reason(last.finish_reason, last.stop_sequence)
+    reason = stop_reason(last.finish_reason, last.stop_word)
     yield {"type": "message_delta",
-           "delta": {"stop_reason": reason, "stop_sequence": last.stop_sequence if reason == "stop_sequence" else None},
+           "delta": {"stop_reason": reason, "stop_sequence": last.stop_word if reason == "stop_sequence" else None},
            "usage": usage(last.usage) if last.usage is not None else usage_zero()}
     yield {"type": "message_stop"}
 

@@ -16,13 +16,14 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferd.api.deps import get_service
+from inferd.api.infill import LoraEntry, lora_refs
 from inferd.api.ollama.convert import iso, keep_alive, tagged
 from inferd.api.streaming import generate_or_stream, ndjson_response
 from inferd.chat.reasoning import requested_thinking
 from inferd.errors import InvalidInput
 from inferd.models import ModelSpec
 from inferd.service import InferenceService
-from inferd.types import ChatOptions, Delta, GenerateRequest, Generation, SamplingParams, TokenLogprob, Usage
+from inferd.types import ChatOptions, Delta, GenerateRequest, Generation, Infill, SamplingParams, TokenLogprob, Usage
 
 
 # ---- wire requests -------------------------------------------------------------------
@@ -47,6 +48,7 @@ class ChatRequest(BaseModel):
     think: bool | str | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    lora: list[LoraEntry] | None = None  # llama-server's per-request LoRA set (an inferd extension here)
 
 
 class GenerateBody(BaseModel):
@@ -66,6 +68,7 @@ class GenerateBody(BaseModel):
     think: bool | str | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    lora: list[LoraEntry] | None = None
 
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
@@ -153,7 +156,7 @@ def chat_request(body: ChatRequest) -> GenerateRequest:
     return GenerateRequest(model=body.model, messages=messages, stream=body.stream,
                            keep_alive=keep_alive(body.keep_alive),
                            chat=chat_options(body.format, body.think, body.tools, body.tool_choice),
-                           **with_logprobs(options_to_request(body.options), body))
+                           lora=lora_refs(body.lora), **with_logprobs(options_to_request(body.options), body))
 
 
 def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
@@ -164,14 +167,18 @@ def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
 def generate_request(body: GenerateBody) -> GenerateRequest:
     if body.images and body.raw:
         raise InvalidInput("'images' need the model's chat template: they cannot be sent with raw: true", "images")
-    if body.suffix:
-        raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
+    if body.suffix and (body.images or body.system):
+        raise InvalidInput(f"suffix (fill-in-the-middle) cannot be combined with "
+                           f"'{'images' if body.images else 'system'}'", "suffix")
     if body.template:
         raise InvalidInput("'template' (a Go template) is not supported; send raw: true with a formatted prompt",
                            "template")
     common = dict(model=body.model, stream=body.stream, keep_alive=keep_alive(body.keep_alive),
                   prefix_tokens=list(body.context or []), chat=chat_options(body.format, body.think),
-                  **with_logprobs(options_to_request(body.options), body))
+                  lora=lora_refs(body.lora), **with_logprobs(options_to_request(body.options), body))
+    if body.suffix:  # the prompt is the text before the cursor; the model's FIM tokens frame both (service/fim.py)
+        return GenerateRequest(prompt=body.prompt or "", infill=Infill(prefix=body.prompt or "", suffix=body.suffix),
+                               infill_param="suffix", **common)
     if body.raw:
         return GenerateRequest(prompt=body.prompt or "", add_special=not body.context, **common)
     content: Any = with_images(body.images, body.prompt or "") if body.images else body.prompt or ""
@@ -332,7 +339,7 @@ async def chat(body: ChatRequest, request: Request, svc: InferenceService = Depe
 
 @router.post("/generate")
 async def generate(body: GenerateBody, request: Request, svc: InferenceService = Depends(get_service)):
-    if is_load_only(body.prompt, None, body.context) and not body.images:
+    if is_load_only(body.prompt, None, body.context) and not body.images and not body.suffix:
         return await _load_only(svc, body, chat=False)
     apply_model_defaults(svc.lookup(body.model), body)
     return await generate_or_stream(request, svc, generate_request(body),

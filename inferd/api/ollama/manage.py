@@ -98,6 +98,7 @@ async def _noop() -> None:
 async def pull(body: PullBody, request: Request, svc: InferenceService = Depends(get_service)):
     name = _name(body.model, body.name)
     mgr = svc.models_mgr
+    await mgr.check_pull(name, hub=is_hub_name(name), insecure=body.insecure)  # 403/400 before any byte
     if not body.stream:
         await cancel_on_disconnect(request, mgr.pull(name, hub=is_hub_name(name), insecure=body.insecure))
         return {"status": "success"}

@@ -18,6 +18,7 @@ from starlette.datastructures import UploadFile
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from inferd.api.deps import get_service
+from inferd.api.openai.files import read_audio
 from inferd.api.streaming import cancel_on_disconnect, sse_response
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.runtimes.speech.types import Segment
@@ -162,7 +163,7 @@ async def _audio(request: Request, svc: InferenceService, task: str) -> Response
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         granularities = [g for k in ("timestamp_granularities[]", "timestamp_granularities")
                          for g in form.getlist(k) if isinstance(g, str)]
-        audio = await _read_file(form.get("file"), svc.settings.max_audio_bytes)
+        audio = await _read_file(request, form.get("file") or form.get("file_id"), svc.settings.max_audio_bytes)
     finally:
         await form.close()
     req, fmt, stream = transcribe_request(fields, granularities, audio, task)
@@ -180,11 +181,16 @@ async def _audio(request: Request, svc: InferenceService, task: str) -> Response
     return JSONResponse(json_body(t))
 
 
-async def _read_file(item: Any, limit: int) -> bytes:
+async def _read_file(request: Request, item: Any, limit: int) -> bytes:
+    """The audio of a form: an uploaded file, or a `file-...` id of one stored with /v1/files
+    (in `file` or `file_id`)."""
     if item is None:
-        raise InvalidInput("'file' is required: a multipart audio file", "file")
+        raise InvalidInput("'file' is required: a multipart audio file or a file-... id from /v1/files", "file")
+    if isinstance(item, str) and item.strip().startswith("file-"):
+        return await read_audio(request, item.strip(), limit, "file")
     if not isinstance(item, UploadFile):
-        raise InvalidInput("'file' must be an uploaded audio file (multipart), not a text field", "file")
+        raise InvalidInput("'file' must be an uploaded audio file (multipart) or a file-... id, not other text",
+                           "file")
     if item.size is not None and item.size > limit:  # refused before reading it
         raise PayloadTooLarge(f"the audio file is {item.size} bytes; at most {limit} bytes per request")
     data = await item.read(limit + 1)

@@ -26,6 +26,11 @@ def store_of(request: Request) -> FileStore:
     return st.files
 
 
+async def read_audio(request: Request, file_id: str, limit: int, where: str) -> bytes:
+    """A stored audio file named by its `file-...` id in a speech request."""
+    return await asyncio.to_thread(store_of(request).read_audio, file_id, limit, where)
+
+
 @router.post("/v1/files")
 async def upload(request: Request, file: UploadFile = File(...), purpose: str = Form(...)) -> dict:
     store = store_of(request)

@@ -3,7 +3,8 @@ aliases llama-server clients use), in three sections:
 
 - wire requests, with the extension fields llama-server, openai-server, GenAIServer and
   Antfly accept (top_k, min_p, repetition_penalty, grammar, chat_template,
-  chat_template_kwargs, enable_thinking, ignore_eos, and the engine controls). Unknown fields
+  chat_template_kwargs, enable_thinking, ignore_eos, the engine controls, and llama-server's
+  lora, return_progress and sse_ping_interval; `suffix` makes a completion fill in the middle). Unknown fields
   are ignored, as OpenAI clients send many (user, store, ...);
 - wire <-> engine: pure functions, plus async generators that map a GenerationStream's deltas
   to chunks. The Antfly face reuses them with its Dialect (dialect.py): `cached_prompt_tokens`
@@ -20,13 +21,16 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inferd.api.deps import get_service
+from inferd.api.llamacpp.timings import llama_timings
+from inferd.api.infill import LoraEntry, lora_refs, ping_interval, progress
 from inferd.api.openai.dialect import Dialect, OPENAI
 from inferd.api.streaming import generate_or_stream, sse_response
+from inferd import __version__
 from inferd.chat.reasoning import effort_budget, requested_thinking
 from inferd.errors import InvalidInput
 from inferd.service import InferenceService
-from inferd.types import (ChatOptions, EngineControls, GenerateRequest, Generation, SamplingParams, TokenLogprob,
-                          Usage, total_usage)
+from inferd.types import (ChatOptions, EngineControls, GenerateRequest, Generation, Infill, SamplingParams,
+                          TokenLogprob, Usage, total_usage)
 
 
 # ---- wire requests -------------------------------------------------------------------
@@ -76,6 +80,10 @@ class SamplingFields(BaseModel):
     prompt_cache: bool = True
     cache_prompt: bool | None = None  # llama-server's name for prompt_cache
     prompt_cache_key: str | None = Field(None, max_length=256)  # OpenAI's own field: slot affinity here
+    # llama-server's extensions: this request's LoRA set, prompt progress in the stream, keep-alive pings
+    lora: list[LoraEntry] | None = None
+    return_progress: bool = False
+    sse_ping_interval: float | None = None
 
     @model_validator(mode="after")
     def _cache_prompt_alias(self) -> "SamplingFields":
@@ -112,6 +120,10 @@ class CompletionRequest(SamplingFields):
 # ---- wire <-> engine (pure functions) ------------------------------------------------
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+# OpenAI's `system_fingerprint` (llama-server sends its build): which server build answered.
+SYSTEM_FINGERPRINT = f"inferd-{__version__}"
 
 
 # ---- requests ---------------------------------------------------------------------------------
@@ -151,7 +163,8 @@ def sampling(body: SamplingFields, logprobs: bool = False, top_logprobs: int = 0
 def _common(body: SamplingFields) -> dict[str, Any]:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     return {"model": body.model or "", "max_tokens": max_tokens, "stop": _stops(body.stop), "stream": body.stream,
-            "n": body.n, "engine": engine_controls(body)}
+            "n": body.n, "engine": engine_controls(body), "lora": lora_refs(body.lora),
+            "return_progress": body.return_progress}
 
 
 def engine_controls(body: SamplingFields) -> EngineControls:
@@ -226,12 +239,16 @@ def echo_text(body: CompletionRequest) -> str | None:
 
 
 def completion_request(body: CompletionRequest) -> GenerateRequest:
-    if body.suffix:
-        raise InvalidInput("suffix (fill-in-the-middle) is not supported", "suffix")
     if body.best_of not in (None, 1):
         raise InvalidInput("best_of > 1 is not supported", "best_of")
     n_top = body.logprobs
-    return GenerateRequest(prompt=completion_prompt(body.prompt),
+    prompt = completion_prompt(body.prompt)
+    infill = None
+    if body.suffix:  # fill-in-the-middle: the prompt is the text before the cursor (service/fim.py)
+        if not isinstance(prompt, str):
+            raise InvalidInput("suffix needs a text prompt (the text before the insertion point)", "suffix")
+        infill = Infill(prefix=prompt, suffix=body.suffix)
+    return GenerateRequest(prompt=prompt, infill=infill, infill_param="suffix",
                            sampling=sampling(body, n_top is not None, n_top or 0, body.grammar), **_common(body))
 
 
@@ -247,9 +264,10 @@ def usage_dict(u: Usage, dialect: Dialect = OPENAI) -> dict[str, Any]:
 
 
 def timings(u: Usage, speculation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """llama-server's `timings`, with its draft_n / draft_n_accepted when the request speculated."""
-    out = {"ttft": round(u.ttft, 6), "tps": round(u.tps, 3), "prompt_ms": round(u.prompt_seconds * 1e3, 3),
-           "predicted_ms": round(u.generation_seconds * 1e3, 3), "cached_prompt_tokens": u.cached_prompt_tokens}
+    """llama-server's `timings` (cache_n, prompt_n, prompt_ms, ..., predicted_per_second), with its
+    draft_n / draft_n_accepted when the request speculated, and GenAIServer's ttft and tps."""
+    out = {**llama_timings(u), "ttft": round(u.ttft, 6), "tps": round(u.tps, 3),
+           "cached_prompt_tokens": u.cached_prompt_tokens}
     if speculation is not None and speculation.get("decision") == "enabled":
         out["draft_n"], out["draft_n_accepted"] = speculation["drafted_tokens"], speculation["accepted_tokens"]
     return out
@@ -308,7 +326,7 @@ def chat_response(g: Generation, dialect: Dialect = OPENAI) -> dict[str, Any]:
                 "logprobs": chat_logprobs(c.logprobs) if c.logprobs is not None else None,
                 "finish_reason": c.finish_reason} for c in [g, *g.choices]]
     return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage, g.speculation)}
+            "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices, "usage": usage_dict(g.usage, dialect), "timings": timings(g.usage, g.speculation)}
 
 
 def completion_response(g: Generation, echo_text: str | None = None) -> dict[str, Any]:
@@ -317,7 +335,7 @@ def completion_response(g: Generation, echo_text: str | None = None) -> dict[str
                 "logprobs": completion_logprobs(c.logprobs, len(prefix)) if c.logprobs is not None else None}
                for c in [g, *g.choices]]
     return {"id": new_id("cmpl"), "object": "text_completion", "created": int(g.created), "model": g.model,
-            "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage, g.speculation)}
+            "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices, "usage": usage_dict(g.usage), "timings": timings(g.usage, g.speculation)}
 
 
 # ---- streams ----------------------------------------------------------------------------------
@@ -333,7 +351,8 @@ def _progress(chunk: dict[str, Any], u: Usage | None, first: bool) -> dict[str, 
 
 async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENAI) -> AsyncIterator[dict[str, Any]]:
     cid, created = "chatcmpl-" + stream.id, int(stream.created)
-    head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model}
+    head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": stream.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT}
     want_lp = stream.req.sampling.logprobs
     n = max(1, stream.req.n)
     for i in range(n):
@@ -342,6 +361,9 @@ async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENA
     first = True
     usages: list[Usage | None] = [None] * n
     async for d in stream:
+        if d.progress is not None:  # return_progress (llama-server): prompt processing so far
+            yield {**head, "choices": [], "prompt_progress": progress(d.progress)}
+            continue
         usages[d.index] = d.usage or usages[d.index]
         delta: dict[str, Any] = {}
         if d.reasoning:
@@ -370,7 +392,8 @@ async def chat_chunks(stream: Any, include_usage: bool, dialect: Dialect = OPENA
 async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | None = None
                             ) -> AsyncIterator[dict[str, Any]]:
     cid, created = "cmpl-" + stream.id, int(stream.created)
-    head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model}
+    head = {"id": cid, "object": "text_completion", "created": created, "model": stream.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT}
     want_lp = stream.req.sampling.logprobs
     n = max(1, stream.req.n)
     first, offsets = True, [0] * n
@@ -380,6 +403,9 @@ async def completion_chunks(stream: Any, include_usage: bool, echo_text: str | N
             yield {**head, "choices": [{"index": i, "text": echo_text, "logprobs": None, "finish_reason": None}]}
         offsets = [len(echo_text)] * n
     async for d in stream:
+        if d.progress is not None:
+            yield {**head, "choices": [], "prompt_progress": progress(d.progress)}
+            continue
         usages[d.index] = d.usage or usages[d.index]
         if d.text or (want_lp and d.logprobs) or d.finish_reason:
             choice = {"index": d.index, "text": d.text, "finish_reason": d.finish_reason,
@@ -403,16 +429,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate_or_stream(
         request, svc, chat_request(body),
-        stream=lambda s: sse_response(chat_chunks(s, usage, OPENAI), s.aclose, OPENAI.name),
+        stream=lambda s: sse_response(chat_chunks(s, usage, OPENAI), s.aclose, OPENAI.name,
+                                      ping=ping_interval(body.sse_ping_interval)),
         respond=chat_response)
 
 
-@router.post("/v1/completions")
-@router.post("/completions")
+@router.post("/v1/completions")  # bare /completions is llama-server's native one (api/llamacpp)
 async def completions(body: CompletionRequest, request: Request, svc: InferenceService = Depends(get_service)):
     echo = echo_text(body)
     usage = bool(body.stream_options and body.stream_options.include_usage)
     return await generate_or_stream(
         request, svc, completion_request(body),
-        stream=lambda s: sse_response(completion_chunks(s, usage, echo), s.aclose, OPENAI.name),
+        stream=lambda s: sse_response(completion_chunks(s, usage, echo), s.aclose, OPENAI.name,
+                                      ping=ping_interval(body.sse_ping_interval)),
         respond=lambda g: completion_response(g, echo))

@@ -21,7 +21,9 @@ async def list_models(request: Request, limit: int = Query(20), after_id: str | 
     if anthropic_models.wants_anthropic(request):  # the Anthropic SDK: its page of generators
         return anthropic_models.model_page(svc.models(ModelKind.GENERATOR), int(svc.started_at), limit, after_id,
                                            before_id)
-    return convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
+    out = convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
+    out["data"] += [convert.adapter_entry(name, spec, int(svc.started_at)) for name, spec in svc.adapter_models()]
+    return out
 
 
 @router.get("/v1/models/{model_id:path}")
@@ -30,5 +32,8 @@ async def get_model(model_id: str, request: Request, svc: InferenceService = Dep
         raise ModelNotFound(model_id)
     if anthropic_models.wants_anthropic(request):
         return anthropic_models.model_info(svc.resolve_served(model_id, ModelKind.GENERATOR), int(svc.started_at))
+    adapter = dict(svc.adapter_models()).get(model_id) if svc.lookup(model_id) is None else None
+    if adapter is not None:  # `base:adapter`, a LoRA served under its own name
+        return convert.adapter_entry(model_id, adapter, int(svc.started_at))
     spec = svc.resolve_served(model_id, *convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
     return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))

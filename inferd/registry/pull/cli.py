@@ -158,9 +158,12 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     a("--gguf", metavar="PATH", help="serve this local GGUF file as a generator named after it")
     a("--print-path", action="store_true", help="with --hf or --gguf: print the model path and exit")
     a("--allow-downloads", action="store_const", const=True, default=None,
-      help="a request naming hf.co/REPO:QUANT (or a repo id) not here yet downloads it")
+      help="a request naming hf.co/REPO:QUANT (or a repo id) not here yet downloads it; "
+           "/api/pull works only with it")
     a("--ollama-registry", help="Ollama registry URL for /api/pull (default https://registry.ollama.ai)")
-    a("--download-reserve-bytes", type=int, help="free disk space a download must leave (default 1 GiB)")
+    a("--allow-private-registries", action="store_const", const=True, default=None,
+      help="/api/pull may name registry hosts on loopback, private or link-local addresses")
+    a("--download-reserve-bytes", help="free disk space a download must leave (1GiB, bytes; default 1 GiB)")
 
 
 def find_local(models_dir: Path, name: str) -> Path | None:

@@ -14,7 +14,9 @@ from typing import Any, BinaryIO
 
 import httpx
 
-from inferd.errors import NotFound, UpstreamFailed
+from inferd.errors import InvalidInput, NotFound, PayloadTooLarge, UpstreamFailed
+from inferd.net import policy as net
+from inferd.net.policy import FetchPolicy
 from inferd.registry.pull.names import OLLAMA_HOST, OllamaRef
 from inferd.registry.pull.transfer import Progress, Remote
 
@@ -27,6 +29,8 @@ LAYER_FILES: dict[str, str | None] = {MT + "model": "model.gguf", MT + "projecto
                                       MT + "messages": None}
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TIMEOUT = httpx.Timeout(30.0, read=60.0)
+MANIFEST_BYTES = 4 << 20      # a manifest is a few KiB; a registry sending more is broken or hostile
+MANIFEST_DEADLINE = 60.0      # seconds for the whole manifest fetch
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,17 @@ class Layer:
 
 
 class Registry:
-    def __init__(self, default_url: str, insecure: bool = False):
+    """`policy` rules the hosts a pull may reach (inferd/net/policy.py): the configured default
+    registry is trusted (it may be a local mirror), a host named in the model reference is
+    checked like any URL fetched for a client, and so is every redirect (blobs usually go to a
+    CDN). None (the `inferd pull` command: the operator's own request) checks nothing."""
+
+    def __init__(self, default_url: str, insecure: bool = False, policy: FetchPolicy | None = None):
         self.default_url = default_url.rstrip("/")
         self.insecure = insecure
+        base = policy or FetchPolicy(allow_private=True)
+        self.policy = FetchPolicy(base.allow_private, base.trusted | {net.origin(self.default_url)},
+                                  base.max_redirects, base.flag)
 
     def base(self, ref: OllamaRef) -> str:
         if ref.host == OLLAMA_HOST:
@@ -56,19 +68,23 @@ class Registry:
     def manifest(self, ref: OllamaRef) -> tuple[dict[str, Any], list[Layer], Layer | None]:
         url = self._url(ref, f"manifests/{ref.tag}")
         try:
-            r = httpx.get(url, headers={"Accept": ACCEPT}, timeout=_TIMEOUT, follow_redirects=True)
-        except httpx.HTTPError as e:
+            with httpx.Client(timeout=_TIMEOUT, follow_redirects=False) as client:
+                status, body = net.get(self.policy, client, url, MANIFEST_BYTES, deadline=MANIFEST_DEADLINE,
+                                       where="model", headers={"Accept": ACCEPT}, what="the manifest")
+        except (InvalidInput, PayloadTooLarge):
+            raise
+        except (httpx.HTTPError, TimeoutError) as e:
             raise UpstreamFailed(f"cannot reach the Ollama registry {self.base(ref)}: {e}") from e
-        if r.status_code == 404:
+        if status == 404:
             raise NotFound(f"model '{ref.served_name}' not found in the registry {self.base(ref)}")
-        if r.status_code != 200:
-            raise UpstreamFailed(f"the registry {self.base(ref)} answered {r.status_code} for '{ref.served_name}'")
+        if status != 200:
+            raise UpstreamFailed(f"the registry {self.base(ref)} answered {status} for '{ref.served_name}'")
         try:
-            doc = r.json()
+            doc = json.loads(body)
             layers = [Layer(str(x["mediaType"]), str(x["digest"]), int(x["size"])) for x in doc.get("layers") or []]
             cfg = doc.get("config")
             config = Layer(str(cfg["mediaType"]), str(cfg["digest"]), int(cfg["size"])) if cfg else None
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise UpstreamFailed(f"the registry sent a malformed manifest for '{ref.served_name}': {e}") from e
         for layer in layers + ([config] if config else []):
             if not _DIGEST.match(layer.digest) or layer.size < 0:
@@ -84,7 +100,8 @@ class Registry:
             headers = {"Range": f"bytes={offset}-"} if offset else {}
             got = offset
             try:
-                with httpx.stream("GET", url, headers=headers, timeout=_TIMEOUT, follow_redirects=True) as r:
+                with httpx.Client(timeout=_TIMEOUT, follow_redirects=False) as client, \
+                        net.stream(self.policy, client, url, where="model", headers=headers) as r:
                     if r.status_code == 404:
                         raise NotFound(f"blob {layer.digest} of '{ref.served_name}' not found in the registry")
                     if r.status_code not in (200, 206):

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import InvalidInput
+from inferd.errors import InvalidInput, UpstreamFailed
+from inferd.net.policy import FetchPolicy
 from inferd.registry.discovery import MANIFEST
+from inferd.registry.gguf_meta import NotGGUF, check_gguf
 from inferd.registry.pull import gotemplate
 from inferd.registry.pull.hub import Hub, Plan
 from inferd.registry.pull.install import install
@@ -58,14 +60,37 @@ def _installed(final: Path, revision: str, dests: list[str]) -> bool:
             and all((final / p).is_file() and (final / p).stat().st_size == n for p, n in have.items()))
 
 
+def check_files(blobs: dict[str, Path], name: str) -> None:
+    """What a pull installs must be what its runtime reads: a GGUF with a sane header
+    (gguf_meta.check_gguf), an ONNX graph that is a protobuf ModelProto (field 1, ir_version,
+    first). Checked after the digests, before install: garbage from a registry is its 502
+    now, never a 500 at the model's first use."""
+    for dest, path in blobs.items():
+        try:
+            if dest.endswith(".gguf"):
+                check_gguf(path)
+            elif dest.endswith(".onnx"):
+                with open(path, "rb") as f:
+                    if f.read(1) != b"\x08":
+                        raise UpstreamFailed(f"{dest} of '{name}' is not an ONNX model (no ModelProto header)")
+        except NotGGUF as e:
+            raise UpstreamFailed(f"{dest} of '{name}' is not a usable model file: {e}") from e
+
+
 def _manifest_digest(doc: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 class Puller:
     def __init__(self, models_dir: Path, *, reserve_bytes: int = 0, prefer_quantized: bool = True,
-                 hub: Hub | None = None, ollama_registry: str = "https://registry.ollama.ai"):
+                 hub: Hub | None = None, ollama_registry: str = "https://registry.ollama.ai",
+                 policy: FetchPolicy | None = None, verify_files: bool = True):
+        """`policy`: the hosts a pull named by a client may reach (the server's; None for the
+        operator's own `inferd pull`, which may reach any host). `verify_files`: check each
+        model file's header before install (off only for tests of planning on placeholder bytes)."""
         self.models_dir = Path(models_dir)
+        self.policy = policy
+        self.verify_files = verify_files
         self.transfers = Transfers.of(self.models_dir, reserve_bytes)
         self.prefer_quantized = prefer_quantized
         self._hub = hub
@@ -130,6 +155,8 @@ class Puller:
                     held.append(r)
                     fetched += max(0, (f.size or 0) - before)
                 emit({"status": "verifying sha256 digest"})
+                if self.verify_files:
+                    check_files(blobs, plan.served_name)
                 emit({"status": "writing manifest"})
                 path = install(self.models_dir, plan.folder, blobs, self._hub_manifest(plan))
                 installed = True
@@ -180,7 +207,7 @@ class Puller:
             ref = parse_ollama(name)
         except ValueError as e:
             raise InvalidInput(str(e), "model") from e
-        reg = Registry(self.ollama_url, insecure)
+        reg = Registry(self.ollama_url, insecure, self.policy)
         emit({"status": "pulling manifest"})
         doc, layers, config = reg.manifest(ref)
         folder = f"{ModelKind.GENERATOR.plural}/{ref.folder}"
@@ -213,6 +240,8 @@ class Puller:
                     else:  # small text layers and the config: read into the manifest
                         texts[layer.media_type] = blob.read_text(errors="replace")
                 emit({"status": "verifying sha256 digest"})
+                if self.verify_files:
+                    check_files(blobs, ref.served_name)
                 emit({"status": "writing manifest"})
                 manifest = self._ollama_manifest(ref, reg, doc, texts)
                 path = install(self.models_dir, folder, blobs, manifest)

@@ -1,7 +1,7 @@
 """LlamaGenerator: one loaded GGUF generator = model + multi-sequence context.
 
 A leaf: it satisfies the generation engine's Backend Protocol structurally (decode, sample,
-KV-cache edits; only the engine's worker thread calls those, and `warm_up` / `set_adapter`)
+KV-cache edits; only the engine's worker thread calls those, and `warm_up` / `set_adapters`)
 and offers the service tokenize / detokenize, `chat_template`, `make_sampler`. The
 composition root (inferd/service/loading.py) wraps it in a GenerationEngine."""
 
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from functools import cached_property
 from pathlib import Path
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec, model_ggufs
+from inferd.runtimes.llama_cpp import selfcheck
 from inferd.runtimes.llama_cpp.grammar_vocab import GrammarVocabView
 from inferd.runtimes.llama_cpp.context import KV_BYTES, KV_TYPES, ContextConfig, LlamaContext
 from inferd.runtimes.llama_cpp.model import LlamaModel
@@ -52,7 +54,10 @@ class LlamaGenerator:
             raise ModelLoadFailed(f"model '{spec.name}': cache_dtype {cache_dtype!r} is not one of "
                                   f"{', '.join(KV_TYPES)}")
         self.cache_dtype = cache_dtype
-        self.model = LlamaModel(resolve_gguf(spec), n_gpu_layers)
+        weights = resolve_gguf(spec)
+        # Before this process touches the weights: a type whose kernels die here is refused (selfcheck.py).
+        self.quant_type = selfcheck.require(weights, n_threads or os.cpu_count() or 1, spec.name)
+        self.model = LlamaModel(weights, n_gpu_layers)
         try:
             asked = n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length")
             want = int(asked or DEFAULT_CTX)
@@ -76,6 +81,7 @@ class LlamaGenerator:
             self.model.close()
             raise
         self.chat_template = self._template()
+        self._adapter_lock = threading.Lock()  # adapters load on request threads, apply on the worker
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
         self.size_bytes = estimate_bytes(self.model, n_seq * self.n_ctx_seq, KV_BYTES[cache_dtype])
@@ -123,6 +129,15 @@ class LlamaGenerator:
     def detokenize(self, tokens: list[int]) -> str:
         return self.model.detokenize(tokens)
 
+    @property
+    def fim_tokens(self) -> dict[str, int]:
+        return self.model.fim_tokens
+
+    @property
+    def bos_token(self) -> int | None:
+        """The BOS id a text prompt starts with (None: this vocabulary adds none)."""
+        return self.model.bos if self.model.add_bos and self.model.bos >= 0 else None
+
     def token_bytes(self, token: int) -> bytes:
         return self.model.piece(token, special=True)
 
@@ -153,10 +168,16 @@ class LlamaGenerator:
         """What a grammar can match in this vocabulary (checked before sampling starts)."""
         return GrammarVocabView(self.model)
 
-    def set_adapter(self, path: Path | None, scale: float = 1.0) -> None:
-        """Apply the LoRA adapter at `path` (None: base weights). Worker thread only, when no
-        sequence runs (the engine's call_when_idle); the KV cache is then stale and dropped."""
-        self.ctx.set_adapter(str(path) if path else None, scale)
+    def load_adapter(self, path: str) -> None:
+        """Load a LoRA adapter before a request uses it (any thread, before the job is
+        submitted): a bad file is then that request's 400, not a failed decode step."""
+        with self._adapter_lock:
+            self.ctx.load_adapter(path)
+
+    def set_adapters(self, adapters: tuple[tuple[str, float], ...]) -> None:
+        """Worker thread: the LoRA set of the decodes that follow (the engine groups by it)."""
+        with self._adapter_lock:
+            self.ctx.set_adapters(adapters)
 
     # ---- Backend (worker thread only) -------------------------------------------------------
     def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]:
@@ -203,6 +224,62 @@ class LlamaGenerator:
 
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         return self.ctx.set_seq_state(seq, data)
+
+    @cached_property
+    def _memory_kind(self) -> tuple[int, bool]:
+        """(sliding window in tokens or 0, recurrent or hybrid)."""
+        import llama_cpp as L
+
+        m = self.model.ptr
+        return int(L.llama_model_n_swa(m)), bool(L.llama_model_is_recurrent(m) or L.llama_model_is_hybrid(m))
+
+    def reuse_floor(self, n_tokens: int) -> int:
+        """The shortest prefix a saved state of `n_tokens` (llama_state_seq_get_data) can be cut
+        back to and still be resumed. llama.cpp writes a sliding-window layer's cells only within
+        the window of the sequence's last position (swa_full or not), so a restored SWA state
+        resumes at its end or one token before it (the last prompt token decoded again), never
+        further back; a recurrent state only at its end."""
+        n_swa, recurrent = self._memory_kind
+        if recurrent:
+            return n_tokens
+        return n_tokens - 1 if n_swa and n_tokens > n_swa else 0
+
+    def reusable(self, seq: int, n: int) -> bool:
+        """May `seq`, cut to its first `n` tokens, be resumed at position n? Its cells must reach
+        back as far as the window of position n (llama.cpp's SWA mask: a key at p0 is seen from
+        p1 when p1 - p0 < n_swa); without a window every cell from 0 is needed."""
+        pos_min = self.ctx.seq_pos_min(seq)
+        if pos_min <= 0:
+            return True
+        n_swa, _recurrent = self._memory_kind
+        return bool(n_swa) and pos_min <= n - n_swa + 1
+
+    def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
+        return self.ctx.save_seq_file(seq, path, tokens)
+
+    def load_seq_file(self, seq: int, path: str) -> tuple[int, list[int]]:
+        return self.ctx.load_seq_file(seq, path, self.n_ctx_seq)
+
+    def cache_identity(self) -> dict[str, str]:
+        """What a saved sequence state depends on (the disk prompt cache's key): the model file,
+        and the context config it was computed under."""
+        import llama_cpp
+
+        build = f"{llama_cpp.__version__} {llama_cpp.llama_print_system_info().decode(errors='replace')}"
+        return {"model": str(self.model.path.resolve()), "file": self._file_identity,
+                "config": f"n_ctx={self.n_ctx_seq};kv={self.cache_dtype};lora={self.ctx.adapter};build={build}"}
+
+    @cached_property
+    def _file_identity(self) -> str:
+        """Size, mtime and a hash of the first MiB: a replaced file differs, and a start does
+        not read gigabytes of weights to know it."""
+        import hashlib
+
+        p = self.model.path
+        st = p.stat()
+        with open(p, "rb") as f:
+            head = hashlib.sha256(f.read(1 << 20)).hexdigest()
+        return f"{st.st_size}:{st.st_mtime_ns}:{head}"
 
     def argmax(self, row: int) -> int:
         """The greedy token of one row (a draft model's proposal)."""

@@ -100,6 +100,14 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return bool(L.llama_vocab_is_eog(self.vocab, token))
 
+    @cached_property
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens the GGUF names (tokenizer.ggml.fim_*_token_id, or
+        those llama.cpp recognises by their text): pre, suf, mid, pad, rep, sep; -1 where absent."""
+        get = {"pre": L.llama_vocab_fim_pre, "suf": L.llama_vocab_fim_suf, "mid": L.llama_vocab_fim_mid,
+               "pad": L.llama_vocab_fim_pad, "rep": L.llama_vocab_fim_rep, "sep": L.llama_vocab_fim_sep}
+        return {k: int(f(self.vocab)) for k, f in get.items()}
+
     def token_text(self, token: int) -> str:
         """The vocabulary entry itself (special tokens as written), for templates and logs."""
         return self.piece(token, special=True).decode("utf-8", "replace")

@@ -2,7 +2,10 @@
 
 The chain runs in C on the logits row llama_decode left for the sequence, so sampling
 costs no Python per vocabulary entry. Order (as llama.cpp's own server does): logit bias,
-repetition penalties, then greedy, or top-k, top-p, min-p, temperature and a seeded draw.
+repetition penalties, top-k, typical-p, top-p, min-p (each only when set), then temperature and
+a seeded draw, or greedy at temperature <= 0; `samplers` reorders (or leaves out) the stages
+between logit bias and the draw, as llama-server's does (without "temperature" in it, even a
+temperature of 0 draws at 1, as there).
 
 A grammar is a separate sampler, used the way llama.cpp's common sampler uses it: masking a
 262k-token vocabulary with a grammar costs tens of milliseconds, so the chain first picks
@@ -28,7 +31,7 @@ import numpy as np
 
 from inferd.errors import InvalidInput
 from inferd.runtimes.llama_cpp.model import LlamaModel
-from inferd.types import SamplingParams, TokenLogprob
+from inferd.types import SAMPLER_STAGES, SamplingParams, TokenLogprob
 
 MAX_TOP_LOGPROBS = 20
 MAX_UTF8_RETRIES = 64  # tokens refused for breaking UTF-8 before the grammar's pick is kept anyway
@@ -38,6 +41,20 @@ assert _TOKEN_DATA.itemsize == ctypes.sizeof(L.llama_token_data)
 
 class GrammarDeadEnd(InvalidInput):
     """The grammar allows no token here: this sequence ends with an error, the others go on."""
+
+
+def _greedy_stages(order: tuple[str, ...], penalties: bool, typical: bool) -> tuple[str, ...]:
+    """The stages a greedy pick needs: top-k, top-p and min-p always keep the most likely
+    token, so they matter only before a stage that can change which one that is (penalties,
+    typical-p, which may drop it). Leaving the others out saves their sort on every token."""
+    out: list[str] = []
+    for i, name in enumerate(order):
+        if name in ("top_k", "top_p", "min_p"):
+            later = order[i + 1:]
+            if not ((penalties and "penalties" in later) or (typical and "typ_p" in later)):
+                continue
+        out.append(name)
+    return tuple(out)
 
 
 class Sampler:
@@ -73,6 +90,11 @@ class Sampler:
             raise InvalidInput("top_k must be >= 0", "top_k")
         if not (0.0 <= p.min_p <= 1.0):
             raise InvalidInput("min_p must be in [0, 1]", "min_p")
+        if not (0.0 < p.typical_p <= 1.0):
+            raise InvalidInput("typical_p must be in (0, 1]", "typical_p")
+        unknown = [n for n in p.samplers or () if n not in SAMPLER_STAGES]
+        if unknown:
+            raise InvalidInput(f"unknown sampler {unknown[0]!r}: one of {', '.join(SAMPLER_STAGES)}", "samplers")
         if p.repetition_penalty <= 0:
             raise InvalidInput("repetition_penalty must be > 0", "repetition_penalty")
         if not (0 <= p.top_logprobs <= MAX_TOP_LOGPROBS):
@@ -99,19 +121,27 @@ class Sampler:
                 arr[i].token = L.llama_token(tok)
                 arr[i].bias = b
             self._add(L.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
-        if p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
-            self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,
-                                                     p.frequency_penalty, p.presence_penalty))
-        if p.greedy:
-            self._add(L.llama_sampler_init_greedy())
-            return
-        if p.top_k > 0:
-            self._add(L.llama_sampler_init_top_k(p.top_k))
-        if p.top_p < 1.0:
-            self._add(L.llama_sampler_init_top_p(p.top_p, 1))
-        if p.min_p > 0.0:
-            self._add(L.llama_sampler_init_min_p(p.min_p, 1))
-        self._add(L.llama_sampler_init_temp(p.temperature))
+        order = SAMPLER_STAGES if p.samplers is None else p.samplers
+        penalties = p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty
+        if p.greedy and "temperature" in order:
+            order = _greedy_stages(order[:order.index("temperature") + 1], bool(penalties), p.typical_p < 1.0)
+        for name in order:  # a stage named twice runs twice, as in llama.cpp
+            if name == "penalties" and penalties:
+                self._add(L.llama_sampler_init_penalties(model.n_vocab, p.penalty_last_n, p.repetition_penalty,
+                                                         p.frequency_penalty, p.presence_penalty))
+            elif name == "top_k" and p.top_k > 0:
+                self._add(L.llama_sampler_init_top_k(p.top_k))
+            elif name == "typ_p" and p.typical_p < 1.0:
+                self._add(L.llama_sampler_init_typical(p.typical_p, 1))
+            elif name == "top_p" and p.top_p < 1.0:
+                self._add(L.llama_sampler_init_top_p(p.top_p, 1))
+            elif name == "min_p" and p.min_p > 0.0:
+                self._add(L.llama_sampler_init_min_p(p.min_p, 1))
+            elif name == "temperature":
+                if p.greedy:  # temperature <= 0 keeps the most likely token; no later stage changes one
+                    self._add(L.llama_sampler_init_greedy())
+                    return
+                self._add(L.llama_sampler_init_temp(p.temperature))
         seed = L.LLAMA_DEFAULT_SEED if p.seed is None else p.seed & 0xFFFFFFFF
         self._add(L.llama_sampler_init_dist(seed))
 
