@@ -56,6 +56,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="generator KV cache type (default f16; a manifest's cache_dtype wins)")
     a("--cache-ram", type=int, metavar="MIB",
       help="host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU (default 0: off)")
+    a("--reasoning-budget", type=int, metavar="N",
+      help="tokens of thinking a request may use when it names no budget or effort; at N the end-of-thinking "
+           "marker is written and the answer follows (default -1: unbounded; 0: no thinking)")
     a("--n-gpu-layers", type=int, help="layers llama.cpp offloads to a GPU (default 0; a CPU build has none)")
     a("--max-batch-tokens", type=int, help="token budget of one encoder batch")
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")

@@ -103,6 +103,7 @@ class Settings(BaseSettings):
     cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] = "f16"  # generator KV cache type
     n_gpu_layers: int = Field(0, ge=-1)         # passed to llama.cpp
     cache_ram: int = Field(0, ge=0)             # MiB of host-RAM prompt cache per generator (0: off)
+    reasoning_budget: int = Field(-1, ge=-1)    # thinking tokens of requests that name no budget (-1: unbounded)
     cache_dir: Path | None = None               # disk prompt cache: sequence states that survive restarts
     cache_disk_size: int = Field(2 << 30, ge=0)  # bytes the cache dir may hold (LRU), "2GiB"
     slot_save_path: Path | None = None          # POST /slots/{id}?action=save|restore files live here (None: off)

@@ -11,6 +11,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
 from inferd.api import console, control, gen_control, observe, openapi_doc, slots
+from inferd.api.anthropic import messages as anthropic_messages
 from inferd.api.antfly import gen as antfly_gen
 from inferd.api.antfly import embed as antfly_embed
 from inferd.api.antfly import extract as antfly_extract
@@ -53,6 +54,7 @@ ROUTERS.append(openai_files.router)
 ROUTERS.append(openai_responses.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)
+ROUTERS.append(anthropic_messages.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
 ROUTERS += [infill.router, llama_helpers.router]  # llama-server's /infill, /props, /apply-template, /lora-adapters
 ROUTERS.append(slots.router)

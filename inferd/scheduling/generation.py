@@ -437,7 +437,24 @@ class GenerationEngine:
 
     def _on_token(self, job: Job, row: int, now: float) -> int | None:
         """Sample one token from `row`, emit it, finish the job or set its next token.
-        None: the job failed here (its own grammar dead end)."""
+        None: the job failed here (its own grammar dead end).
+
+        A reasoning budget spent inside the thinking block queues the end marker's tokens:
+        they are emitted instead of sampled, one per step, so each is decoded into the KV
+        cache like a sampled token and the answer is sampled after them. The sampler records
+        them (penalties, grammar); a grammar that refuses the marker ends the sequence with
+        "length" (the budget is a limit, like max_tokens)."""
+        t = job.thinking
+        if t is not None and not job.forced and t.due():
+            job.forced = t.close()
+        if job.forced:
+            forced = job.forced.pop(0)
+            if not self.backend.force(job.sampler, forced):
+                job.forced = []
+                self._finish(job, "length", now)
+                return None
+            self._take(job, forced, row, now, forced=True)
+            return forced
         tok = self._sample(job, row)
         if tok is not None:
             self._take(job, tok, row, now)
@@ -457,8 +474,8 @@ class GenerationEngine:
         self._emit(job, Delta(error=e))
         self._close_job(job)
 
-    def _take(self, job: Job, tok: int, row: int, now: float) -> None:
-        """Emit a sampled token; finish the job or set its next token."""
+    def _take(self, job: Job, tok: int, row: int, now: float, forced: bool = False) -> None:
+        """Emit a sampled (or forced) token; finish the job or set its next token."""
         be = self.backend
         if not job.t_first:
             job.t_first = now
@@ -474,7 +491,10 @@ class GenerationEngine:
         job.generated.append(tok)
         self.stats.generated_tokens += 1
         assert job.out is not None and job.slot is not None  # set when the job got its slot
-        text = job.out.feed(be.piece(tok))
+        piece = be.piece(tok)
+        text = job.out.feed(piece)
+        if job.thinking is not None:
+            job.thinking.feed(piece, forced)
         slot = self.slots[job.slot]
         if job.out.stopped:
             self._finish(job, "stop", now, text, [tok], lp)
@@ -533,6 +553,8 @@ class GenerationEngine:
             sp = job.speculation
             if sp is None or budget <= 0:
                 continue
+            if job.forced or (job.thinking is not None and job.thinking.bounding):
+                continue  # a reasoning budget may cut the block at any token: no draft runs past it
             if job.media and sp.drafter is not None and sp.drafter.text_only:
                 sp.disabled_reason = "media"
                 continue

@@ -71,7 +71,7 @@ class InferenceService:
         self.lora = LoraService(self.catalog, registry)
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
         self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media,
-                                            PrepPool(settings.prep_threads))
+                                            PrepPool(settings.prep_threads), settings.reasoning_budget)
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)

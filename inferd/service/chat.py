@@ -22,10 +22,10 @@ from inferd.chat.reasoning import reasoning_markers
 from inferd.types import Delta, GenerateRequest
 
 
-def plan_request(req: GenerateRequest, template: str | None) -> ChatPlan | None:
+def plan_request(req: GenerateRequest, template: str | None, default_budget: int | None = None) -> ChatPlan | None:
     """The chat plan of `req` rendered with `template` (None: a plain prompt, or a model
     without a template whose messages are read as text). None when the request has no
-    chat options (completions)."""
+    chat options (completions). `default_budget`: the server's --reasoning-budget."""
     o = req.chat
     if o is None:
         return None
@@ -41,7 +41,8 @@ def plan_request(req: GenerateRequest, template: str | None) -> ChatPlan | None:
                      tool_choice=o.tool_choice, parallel_tool_calls=o.parallel_tool_calls,
                      response_format=o.response_format, ollama_format=o.json_format, grammar=o.grammar,
                      enable_thinking=thinking, thinking_param=o.thinking_param,
-                     tool_call_ids=o.tool_call_ids)
+                     tool_call_ids=o.tool_call_ids, reasoning_effort=o.reasoning_effort,
+                     reasoning_budget=o.reasoning_budget, default_budget=default_budget)
 
 
 class ChatOutput:

@@ -186,6 +186,9 @@ class LlamaGenerator:
     def sample(self, sampler: Sampler, row: int) -> int:
         return sampler.sample(self.ctx.ptr, row)
 
+    def force(self, sampler: Sampler, token: int) -> bool:
+        return sampler.force(token)
+
     def logprob(self, row: int, token: int, top_n: int) -> TokenLogprob:
         return token_logprob(self.model, self.ctx.logits(row), token, top_n)
 
