@@ -54,10 +54,10 @@ def pick_generator(svc: Any, model: str | None) -> str:
 
 async def slot_action(svc: Any, folder: Path | None, id_slot: int, action: str, filename: object,
                       model: str | None) -> dict[str, Any]:
+    if action not in ACTIONS:  # a malformed request is a 400 whether or not the routes are on
+        raise InvalidInput(f"Invalid action {action!r}: one of {', '.join(ACTIONS)}", "action")
     if folder is None:
         raise NotImplementedYet("This server does not support slots action. Start it with --slot-save-path")
-    if action not in ACTIONS:
-        raise InvalidInput(f"Invalid action {action!r}: one of {', '.join(ACTIONS)}", "action")
     name = check_filename(filename) if action != "erase" else None
     spec_name = pick_generator(svc, model)
     async with svc.registry.use(spec_name) as rt:
