@@ -62,6 +62,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="generator KV cache type (default f16; a manifest's cache_dtype wins)")
     a("--cache-ram", type=int, metavar="MIB",
       help="host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU (default 0: off)")
+    a("--reasoning-budget", type=int, metavar="N",
+      help="tokens of thinking a request may use when it names no budget or effort; at N the end-of-thinking "
+           "marker is written and the answer follows (default -1: unbounded; 0: no thinking)")
     a("--n-gpu-layers", type=int, help="layers llama.cpp offloads to a GPU (default 0; a CPU build has none)")
     a("--max-batch-tokens", type=int, help="token budget of one encoder batch")
     a("--max-batch-size", type=int, help="inputs per encoder forward pass (default 512; 1 disables batching)")
@@ -90,7 +93,15 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--cluster-config", metavar="FILE", help="models, replicas and placement for --ray (TOML or JSON)")
     a("--log-level", choices=["debug", "info", "warning", "error"])
     a("--log-format", choices=["text", "json"])
+    a("--responses-max-count", type=int, help="stored /v1/responses kept at most; the oldest go first (default 10000)")
+    a("--responses-max-age", help="drop stored /v1/responses older than this (30d, 12h, seconds; 0 = never; "
+                                  "default 30d)")
     a("--drain-timeout", help="on SIGTERM or POST /admin/drain, wait this long for in-flight requests (default 30s)")
+    a("--cache-dir", help="disk prompt cache: KV states of prompt prefixes kept in this folder across "
+      "restarts (off unless given)")
+    a("--cache-disk-size", help="bytes the --cache-dir folder may hold, all models together, least recently "
+      "used out first (default 2GiB)")
+    a("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore files (off unless given)")
     a("--slots-show-prompts", action="store_const", const=True, default=None,
       help="GET /slots shows the text cached in each slot")
     a("--otlp-endpoint", help="export OpenTelemetry traces over OTLP/HTTP to this collector (needs inferd[otel])")

@@ -16,11 +16,11 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from inferd.errors import ConfigError
 
-_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from 300, "300", "5m", "1h", "250ms" (Ollama's keep_alive style).
+    """Seconds from 300, "300", "5m", "1h", "250ms" (Ollama's keep_alive style), or "30d".
     A negative value means forever (returned as inf)."""
     if isinstance(value, (int, float)):
         secs = float(value)
@@ -30,7 +30,7 @@ def parse_duration(value: Any) -> float:
         m = _DURATION.match(str(value))
         if not m:
             raise ValueError(f"not a duration: {value!r} (use e.g. 300, 30s, 5m, 1h)")
-        secs = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+        secs = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
     return float("inf") if secs < 0 else secs
 
 
@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     mmproj_n_threads: int | None = Field(None, ge=1)  # vision projector threads (None: --threads)
     mmproj_gpu: bool = True                     # --no-mmproj-gpu: keep the projector on the CPU
     ignore_images_without_projector: bool = False  # openai-server: drop image parts (warning) instead of a 400
+    reasoning_budget: int = Field(-1, ge=-1)    # thinking tokens of requests that name no budget (-1: unbounded)
+    cache_dir: Path | None = None               # disk prompt cache: sequence states that survive restarts
+    cache_disk_size: int = Field(2 << 30, ge=0)  # bytes the cache dir may hold (LRU), "2GiB"
+    slot_save_path: Path | None = None          # POST /slots/{id}?action=save|restore files live here (None: off)
     threads: int | None = Field(None, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
     max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
@@ -126,6 +130,9 @@ class Settings(BaseSettings):
     media_fetch_timeout: float = Field(10.0, gt=0)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
     max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
+    # Stored responses (/v1/responses, store: true): <data_dir>/responses.sqlite3, oldest dropped first.
+    responses_max_count: int = Field(10000, ge=1)
+    responses_max_age: float = Field(30 * 86400.0, ge=0)     # seconds (or "30d"); 0 = no age bound
     allow_downloads: bool = False               # a request naming a model that is not local may pull it
     download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
     ollama_registry: str = "https://registry.ollama.ai"
@@ -154,21 +161,21 @@ class Settings(BaseSettings):
         return v
 
     @field_validator("max_memory", "max_body_bytes", "max_audio_bytes", "max_media_bytes", "max_read_batch_bytes",
-                     "max_file_bytes",
-                     "max_files_total_bytes", "download_reserve_bytes", mode="before")
+                     "max_file_bytes", "max_files_total_bytes", "download_reserve_bytes", "cache_disk_size",
+                     mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
         return parse_size(v)
 
-    @field_validator("keep_alive", "queue_timeout", "drain_timeout", mode="before")
+    @field_validator("keep_alive", "queue_timeout", "drain_timeout", "responses_max_age", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
 
-    @field_validator("models_dir", "ml_dir", "data_dir", mode="after")
+    @field_validator("models_dir", "ml_dir", "data_dir", "cache_dir", "slot_save_path", mode="after")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
 
     def check_bind(self) -> None:
         """Refuse a non-loopback bind unless explicitly allowed: inferd has no TLS."""

@@ -126,6 +126,10 @@ class UpstreamFailed(InferdError):
     retryable = True
 
 
+class StorageFailed(InferdError):
+    """Server-side storage (stored responses) could not be written or read."""
+
+
 class InsufficientStorage(InferdError):
     """Not enough disk space for a download."""
 

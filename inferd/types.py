@@ -66,6 +66,11 @@ class ChatOptions:
     json_format: Ollama's `format`: "json" or a JSON schema object.
     grammar: raw GBNF (OpenAI / Antfly extension).
     enable_thinking: True / False / None (the template's default).
+    reasoning_effort: "none" | "minimal" | "low" | "medium" | "high" (OpenAI's levels); "none" turns
+        thinking off, another level turns it on where the template can think, and each maps to a
+        thinking budget (inferd.chat.reasoning.effort_budget).
+    reasoning_budget: tokens of thinking allowed (None: the effort's, else the server's default);
+        at the budget the engine writes the end-of-thinking marker itself and the answer goes on.
     thinking_param: the request field to name in errors ("enable_thinking" or "think").
     tool_call_ids: "optional" where the face's history carries no call ids (Ollama)."""
 
@@ -76,6 +81,8 @@ class ChatOptions:
     json_format: Any = None
     grammar: str | None = None
     enable_thinking: bool | None = None
+    reasoning_effort: str | None = None
+    reasoning_budget: int | None = None
     thinking_param: str = "enable_thinking"
     tool_call_ids: Literal["required", "optional"] = "required"
 
@@ -175,6 +182,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0       # prompt tokens reused from the KV cache, not recomputed
+    reasoning_tokens: int = 0           # completion tokens inside the thinking block (chat requests)
     ttft: float = 0.0                   # seconds from arrival to the first token
     tps: float = 0.0                    # generated tokens per second after the first token
     queue_seconds: float = 0.0          # waiting for a slot
@@ -192,7 +200,8 @@ def total_usage(usages: list[Usage]) -> Usage:
     """n > 1: the prompt once, every choice's completion tokens, the slowest choice's times."""
     if len(usages) == 1:
         return usages[0]
-    u = replace(usages[0], completion_tokens=sum(x.completion_tokens for x in usages))
+    u = replace(usages[0], completion_tokens=sum(x.completion_tokens for x in usages),
+                reasoning_tokens=sum(x.reasoning_tokens for x in usages))
     u.total_seconds = max(x.total_seconds for x in usages)
     u.generation_seconds = max(x.generation_seconds for x in usages)
     return u

@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 ROOTS = ["CreateChatCompletionResponse", "CreateChatCompletionStreamResponse", "CreateCompletionResponse",
-         "CreateEmbeddingResponse", "ListModelsResponse", "Model", "ErrorResponse"]
+         "CreateEmbeddingResponse", "ListModelsResponse", "Model", "ErrorResponse",
+         # the Responses API (/v1/responses): the object, every stream event, input_items, input_tokens
+         "Response", "ResponseStreamEvent", "ResponseItemList", "TokenCountsResource"]
 OUT = Path(__file__).resolve().parent.parent / "tests" / "openai_schemas" / "openai-openapi.subset.json"
 
 

@@ -17,7 +17,8 @@ def test_schemathesis_finds_no_server_errors(tmp_path):
     generator_dir(tmp_path, "tiny", n_ctx=256)  # generations without max_tokens stay short
     models = ["--model", f"embedder:tiny-embed={ONNX / 'tiny-bert-embed'}",
               "--model", f"reranker:tiny-rerank={ONNX / 'tiny-bert-rerank'}"]
-    data = ["--data-dir", str(tmp_path / "data")]  # uploads (/v1/files) stay in the test's folder
+    data = ["--data-dir", str(tmp_path / "data"),  # uploads (/v1/files) stay in the test's folder
+            "--slot-save-path", str(tmp_path / "slots")]  # slot save/restore on (else a 501 by design)
     with child_server(tmp_path, "--parallel", "2", *models, *data) as (url, proc):
         cmd = [sys.executable, "-m", "schemathesis.cli", "run", url + "/openapi.json",
                "--checks", "not_a_server_error,status_code_conformance",

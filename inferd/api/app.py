@@ -10,7 +10,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import console, control, gen_control, observe, openapi_doc
+from inferd.api import console, control, gen_control, observe, openapi_doc, slots
+from inferd.api.anthropic import messages as anthropic_messages
 from inferd.api.antfly import gen as antfly_gen
 from inferd.api.antfly import embed as antfly_embed
 from inferd.api.antfly import extract as antfly_extract
@@ -33,10 +34,12 @@ from inferd.api.openai import files as openai_files
 from inferd.api import infill, llama_helpers, models_routes
 from inferd.api.ollama import manage as ollama_manage
 from inferd.api.openai import gen as openai_gen
+from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.service import InferenceService
+from inferd.storage.responses import ResponseStore
 
 # The embedding routes come first: the router tries routes in order, and each one tried costs
 # a few microseconds, a measurable share of a one-sentence embedding request. Their paths are
@@ -48,10 +51,13 @@ ROUTERS = [openai_embed.router, ollama_embed.router, antfly_embed.router,
            openai_audio.router, antfly_transcribe.router,
            antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
+ROUTERS.append(openai_responses.router)
 ROUTERS.append(ollama_manage.router)
 ROUTERS.append(models_routes.router)
+ROUTERS.append(anthropic_messages.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
 ROUTERS += [infill.router, llama_helpers.router]  # llama-server's /infill, /props, /apply-template, /lora-adapters
+ROUTERS.append(slots.router)
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -79,6 +85,10 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     """`inner_middleware`: (class, kwargs) pairs placed innermost, between the security and
     limit middleware and the router (the cluster ingress's forwarder goes there)."""
     service = service or InferenceService.from_settings(settings)
+    # Opened now, not on first use: a corrupt responses database stops the start (StoreCorrupt,
+    # naming the file) instead of failing requests later or being overwritten.
+    responses = ResponseStore.for_data_dir(settings.data_dir, max_count=settings.responses_max_count,
+                                           max_age=settings.responses_max_age)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,12 +97,14 @@ def create_app(settings: Settings, service: InferenceService | None = None,
             yield
         finally:
             await service.close()
+            responses.close()
             if service.observer.tracer is not None:  # flush the last spans
                 service.observer.tracer.close()
 
     app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.service = service
     app.state.settings = settings
+    app.state.responses = responses
 
     @app.exception_handler(InferdError)
     async def _domain(request: Request, exc: InferdError):

@@ -2,8 +2,9 @@
 
 Families: `openai` (also the control routes; GenAIServer/openai-server envelope
 {"error": {"message", "type", "param", "code"}}), `ollama` ({"error": "..."}), `antfly`
-({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?}), and `llamacpp`
-(llama-server's native routes: {"error": {"code": STATUS, "message", "type"}})."""
+({"error": CODE, "message", "reason"?, "retryable"?, "retry_after_ms"?}), `anthropic`
+(/v1/messages: {"type": "error", "error": {"type", "message"}}, Anthropic's types by status), and
+`llamacpp` (llama-server's native routes: {"error": {"code": STATUS, "message", "type"}})."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from inferd.errors import (Cancelled, CapabilityMissing, CpuUnsupported, Context
                            ModelUnloaded,
                            NotFound, NotImplementedYet, Overloaded, PayloadTooLarge, Unauthorized,
                            UnsupportedMediaType)
-from inferd.errors import InsufficientStorage, UpstreamFailed
+from inferd.errors import InsufficientStorage, StorageFailed, UpstreamFailed
 
 log = logging.getLogger("inferd.api")
 
@@ -37,6 +38,7 @@ TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     Cancelled: (499, "cancelled", "CANCELLED"),
     ModelLoadFailed: (500, "server_error", "MODEL_LOAD_FAILED"),
     InferenceFailed: (500, "server_error", "INFERENCE_FAILED"),
+    StorageFailed: (500, "server_error", "STORAGE_FAILED"),
     NotImplementedYet: (501, "not_implemented_error", "NOT_IMPLEMENTED"),
     CpuUnsupported: (501, "not_implemented_error", "CPU_UNSUPPORTED"),
     UpstreamFailed: (502, "server_error", "UPSTREAM_FAILED"),
@@ -54,8 +56,18 @@ LLAMACPP_TYPES: dict[type[BaseException], str] = {
 # llama-server's native routes (not its /v1 ones).
 LLAMACPP_PATHS = frozenset({"/completion", "/completions"})
 
+# Anthropic's error types, by the status above. A busy server is its 529 overloaded_error
+# (with retry-after), which its SDKs retry; statuses Anthropic does not use keep their number
+# with the nearest type.
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error",
+                   429: "rate_limit_error", 529: "overloaded_error"}
+ANTHROPIC_STATUS: dict[type[BaseException], int] = {Overloaded: 529, ModelUnloaded: 529}
+
 
 def family_of(path: str) -> str:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
     if path.startswith("/api/"):
         return "ollama"
     if path.startswith(("/ai/", "/ml/")):
@@ -84,6 +96,12 @@ def error_body(exc: BaseException, family: str) -> tuple[int, dict[str, Any], di
         headers["WWW-Authenticate"] = "Bearer"
     if family == "ollama":
         return status, {"error": message}, headers
+    if family == "anthropic":
+        status = next((ANTHROPIC_STATUS[c] for c in type(exc).__mro__ if c in ANTHROPIC_STATUS), status)
+        if isinstance(exc, Unauthorized):
+            headers.pop("WWW-Authenticate", None)  # Anthropic's clients send x-api-key
+        kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return status, {"type": "error", "error": {"type": kind, "message": message}}, headers
     if family == "llamacpp":
         kind = next((LLAMACPP_TYPES[c] for c in type(exc).__mro__ if c in LLAMACPP_TYPES), oai_type)
         param = getattr(exc, "param", None)

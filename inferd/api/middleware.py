@@ -61,7 +61,8 @@ class RequestContext:
 
 
 class ApiKeyAuth:
-    """Every route but health needs `Authorization: Bearer KEY` (constant-time compare)."""
+    """Every route but health needs `Authorization: Bearer KEY` or, as Anthropic's clients send
+    it, `x-api-key: KEY` (constant-time compare)."""
 
     def __init__(self, app: ASGIApp, api_key: str):
         self.app, self.key = app, api_key.encode()
@@ -72,9 +73,13 @@ class ApiKeyAuth:
         if (scope["type"] != "http" or scope["path"] in PUBLIC_PATHS
                 or scope["path"].startswith("/ui/")):  # the console's static files: it asks for the key itself
             return await self.app(scope, receive, send)
-        auth = dict(scope["headers"]).get(b"authorization", b"")
+        headers = dict(scope["headers"])
+        auth = headers.get(b"authorization", b"")
         scheme, _, given = auth.partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.key):
+            return await self.app(scope, receive, send)
+        x_key = headers.get(b"x-api-key")
+        if x_key is not None and hmac.compare_digest(x_key.strip(), self.key):
             return await self.app(scope, receive, send)
         await error_response(Unauthorized(), family_of(scope["path"]))(scope, receive, send)
 

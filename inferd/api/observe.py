@@ -30,6 +30,8 @@ OPENAI_BARE = ("/chat/completions", "/embeddings", "/rerank")
 
 
 def route_family(path: str) -> str:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
     if path.startswith("/v1/") or path in OPENAI_BARE:
         return "openai"
     if path.startswith("/api/"):

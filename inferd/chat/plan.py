@@ -27,7 +27,7 @@ from typing import Literal
 
 from inferd.chat import grammar as _grammar
 from inferd.chat.output import ChatOutputParser
-from inferd.chat.reasoning import ThinkingPlan, plan_thinking, prompt_opens_reasoning
+from inferd.chat.reasoning import ThinkingPlan, plan_thinking, prompt_opens_reasoning, thinking_budget
 from inferd.chat.tools import (ToolChoice, ToolSpec, inline_tools, prepare_messages, resolve_tool_choice,
                                template_renders_tools, validate_tools)
 
@@ -79,16 +79,21 @@ class ChatPlan:
 def plan_chat(messages, *, template: str | None, tools=None, tool_choice=None, parallel_tool_calls: bool = True,
               response_format=None, ollama_format=None, grammar=None, enable_thinking: bool | None = None,
               thinking_param: str = "enable_thinking",
-              tool_call_ids: Literal["required", "optional"] = "required") -> ChatPlan:
+              tool_call_ids: Literal["required", "optional"] = "required", reasoning_effort: str | None = None,
+              reasoning_budget: int | None = None, default_budget: int | None = None) -> ChatPlan:
     """Validate and resolve tools, history, thinking and constraints for one chat request.
 
     template: the chat template source the request will be rendered with (to learn whether
         it renders tools itself and whether it can think).
     tool_call_ids: 'optional' for Ollama, whose tool messages name no call id.
+    reasoning_effort / reasoning_budget / default_budget: the thinking budget (see
+        reasoning.thinking_budget); the engine closes the thinking block when it is spent.
     """
     specs = validate_tools(tools)
     choice = resolve_tool_choice(tool_choice, specs)
-    thinking = plan_thinking(enable_thinking, template, param=thinking_param)
+    budget = thinking_budget(reasoning_budget, reasoning_effort, default_budget,
+                             param="think" if thinking_param == "think" else "reasoning_effort")
+    thinking = plan_thinking(enable_thinking, template, param=thinking_param, budget=budget, effort=reasoning_effort)
     msgs = prepare_messages(messages, tool_call_ids=tool_call_ids)
     offered = choice.offered(specs)
     kwargs = dict(thinking.template_kwargs)

@@ -13,6 +13,10 @@ omitted when empty; incoming reasoning fields are not replayed (see
     for text in deltas: reasoning, content = split.feed(text)
     reasoning, content = split.finish()
 
+Budgets: `thinking_budget(budget, effort, server_default)` gives the tokens of thinking a
+request allows (`EFFORT_BUDGETS` maps OpenAI's effort levels); the plan carries it and the
+engine (scheduling/thinking.py) closes the block there by forcing the end marker.
+
 A reasoning block is recognised only at the very start of the output (after whitespace),
 or from the first token when the prompt itself ends with the opening marker (DeepSeek-R1
 style templates). Whitespace just inside the markers and right after the block is dropped.
@@ -57,6 +61,33 @@ def reasoning_markers(template: str | None) -> ReasoningMarkers | None:
     return THINK if "enable_thinking" in template else None
 
 
+# OpenAI's `reasoning_effort` levels (chat `reasoning_effort`, Responses `reasoning.effort`,
+# Ollama `think` levels) -> tokens of thinking allowed; None: unbounded (the model decides).
+# "none" allows none: the block is closed at once (and a template that can switch thinking
+# off is told to). The steps follow the budgets llama.cpp and vLLM users pick for these levels.
+EFFORT_BUDGETS: dict[str, int | None] = {"none": 0, "minimal": 256, "low": 1024, "medium": 4096, "high": None}
+
+
+def effort_budget(effort: str, param: str = "reasoning_effort") -> int | None:
+    """The thinking budget of an effort level; an unknown level is a 400."""
+    if effort not in EFFORT_BUDGETS:
+        raise InvalidInput(f"{param} must be one of {', '.join(EFFORT_BUDGETS)}, not {effort!r}", param=param)
+    return EFFORT_BUDGETS[effort]
+
+
+def thinking_budget(budget: int | None, effort: str | None, default: int | None = None,
+                    param: str = "reasoning_effort") -> int | None:
+    """Tokens of thinking this request allows: its own budget, else its effort's, else the
+    server's default (--reasoning-budget; None or -1: unbounded). None: unbounded."""
+    if budget is not None:
+        if budget < 0:
+            raise InvalidInput("the reasoning budget must be >= 0 tokens", param=param)
+        return budget
+    if effort is not None:
+        return effort_budget(effort, param)
+    return None if default is None or default < 0 else default
+
+
 def _flag(value, param: str) -> bool | None:
     if value is None:
         return None
@@ -92,21 +123,33 @@ class ThinkingPlan:
         its reasoning dropped rather than leaked into the answer.
     enabled: whether the model is expected to think (grammars then allow a thinking block).
     template_kwargs: pass to the template renderer (`enable_thinking` when requested).
+    budget: tokens of thinking allowed (None: unbounded); the engine closes the block there.
     """
 
     markers: ReasoningMarkers | None = None
     include_reasoning: bool = True
     enabled: bool = False
     template_kwargs: dict = field(default_factory=dict)
+    budget: int | None = None
 
 
-def plan_thinking(requested: bool | None, template: str | None, param: str = "enable_thinking") -> ThinkingPlan:
-    """Check the request against the template; InvalidInput (400) if it cannot think."""
+def plan_thinking(requested: bool | None, template: str | None, param: str = "enable_thinking",
+                  budget: int | None = None, effort: str | None = None) -> ThinkingPlan:
+    """Check the request against the template; InvalidInput (400) if it cannot think.
+
+    A budget bounds thinking but does not ask for it (a model that cannot think has nothing
+    to bound, so effort levels sent by agent SDKs to any model are no error); a budget of 0
+    (effort "none") turns thinking off where the request did not say otherwise."""
     markers = reasoning_markers(template)
     if requested and markers is None:
         raise InvalidInput(f"this model's chat template does not support thinking; remove '{param}'", param=param)
-    kwargs = {} if requested is None else {"enable_thinking": requested}
-    return ThinkingPlan(markers, requested is not False, markers is not None and requested is not False, kwargs)
+    if requested is None and budget == 0 and markers is not None:
+        requested = False
+    kwargs: dict[str, object] = {} if requested is None else {"enable_thinking": requested}
+    if effort is not None and template and "reasoning_effort" in template:
+        kwargs["reasoning_effort"] = effort  # gpt-oss style templates read the level themselves
+    return ThinkingPlan(markers, requested is not False, markers is not None and requested is not False, kwargs,
+                        budget if markers is not None else None)
 
 
 def prompt_opens_reasoning(prompt: str, markers: ReasoningMarkers | None) -> bool:

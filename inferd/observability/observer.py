@@ -209,6 +209,10 @@ class Observer:
         shifts = F("inferd_context_shifts_total", "counter", "Context shifts (cache_compaction_ratio).")
         hostc = F("inferd_host_cache_restored_tokens_total", "counter",
                   "Prompt tokens restored from the host-RAM prompt cache (--cache-ram).")
+        diskc = F("inferd_disk_cache_restored_tokens_total", "counter",
+                  "Prompt tokens restored from the disk prompt cache (--cache-dir).")
+        refused = F("inferd_prompt_cache_refused_total", "counter",
+                    "Prefix reuses refused because the KV cache had dropped cells (sliding window): full prefill.")
         for m, st in sorted(self.gen.items()):
             ttft.add_histogram(st.ttft, model=m)
             itl.add_histogram(st.itl, model=m)
@@ -221,6 +225,8 @@ class Observer:
             accepted.add(st.accepted_tokens, model=m)
             shifts.add(st.context_shifts, model=m)
             hostc.add(st.host_cache_restored_tokens, model=m)
+            diskc.add(st.disk_cache_restored_tokens, model=m)
+            refused.add(st.prompt_cache_refused, model=m)
             for reason, n in sorted(st.finished.items()):
                 fin.add(n, model=m, reason=reason)
 
@@ -281,5 +287,6 @@ class Observer:
                 size.add(spec.size_bytes, model=spec.name)
         drain = F("inferd_draining", "gauge", "1 while the server drains (refuses new requests).")
         drain.add(1 if self.drain.draining else 0)
-        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, hostc, running, waiting, slots, used, kv, kvt,
+        return render([req, dur, ttft, itl, e2e, batch, ptok, gtok, hit, fin, drafted, accepted, shifts, hostc, diskc, refused,
+                       running, waiting, slots, used, kv, kvt,
                        ebatch, epad, etok, ewait, loaded, rej, lsec, lcount, lfail, res, rss, size, drain])

@@ -26,6 +26,8 @@ class GenStats:
         self.prompt_seconds = 0.0                         # admission -> first token, summed over sequences
         self.predicted_seconds = 0.0                      # first -> last token, summed over sequences
         self.n_tokens_max = 0                             # most tokens one sequence held (prompt + generated)
+        self.disk_cache_restored_tokens = 0               # prompt tokens restored from --cache-dir
+        self.prompt_cache_refused = 0                     # reuses refused: the cache had dropped cells (SWA)
         self.finished: dict[str, int] = {}                # finish reason -> sequences
         self.rejected = 0                                 # refused: the engine's wait queue was full
 

@@ -23,3 +23,5 @@ class RuntimeOptions:
     cache_ram: int = 0                           # generator: bytes of host-RAM prompt cache per model (0: off)
     mmproj_threads: int | None = None            # vision projector threads (None: `threads`)
     mmproj_gpu: bool = True                      # projector on the GPU when layers are offloaded
+    cache_dir: str | None = None                 # generator: folder of the disk prompt cache (None: off)
+    cache_disk_size: int = 2 << 30               # bytes that folder may hold (all models together)

@@ -51,6 +51,7 @@ from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, Invali
                            copy_error)
 from inferd.observability.stats import GenStats
 from inferd.scheduling.lora_slices import AdapterSlices
+from inferd.scheduling.disk_cache import DiskCache
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.textout import TextOut
@@ -70,11 +71,13 @@ class GenerationEngine:
     """`max_waiting` bounds the jobs waiting for a slot: beyond it `submit` refuses with
     Overloaded (503 + retry_after_ms), so no request can grow the queue without bound."""
 
-    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0):
+    def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0,
+                 disk_cache: DiskCache | None = None):
         self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
         # --cache-ram: KV states of evicted sequences in host memory (state_cache.py)
         self.host_cache = HostCache(host_cache_bytes) if host_cache_bytes > 0 and hasattr(backend, "seq_state") \
             else None
+        self.disk_cache = disk_cache  # --cache-dir: states that outlive the process (disk_cache.py)
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
@@ -147,6 +150,8 @@ class GenerationEngine:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
+        if self.disk_cache is not None:
+            self.disk_cache.close()
         return not self._thread.is_alive()
 
     # ---- worker thread ----------------------------------------------------------------------
@@ -233,6 +238,8 @@ class GenerationEngine:
                 self._emit(job, Delta(progress=(len(job.prompt), job.cached, len(self.slots[seq].cache),
                                                 round((now - job.t_admitted) * 1e3, 3))))
             if row >= 0:
+                if not job.generated and self.disk_cache is not None and self.disk_cache.checkpoints:
+                    self._checkpoint(job)  # prefill done: the prompt's state, resumable on SWA models
                 if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
                     self._fork(job, row, now)
                 self._on_token(job, row, now)
@@ -330,7 +337,7 @@ class GenerationEngine:
         restored = False
         if self.host_cache is not None and job.prompt_cache and not ad and not own.adapters:  # base weights only
             self._to_host(own, keep)
-            n, hit = self.host_cache.best(prompt, limit)
+            n, hit = self.host_cache.best(prompt, limit, getattr(self.backend, "reuse_floor", None))
             n = snap_to_media(job, n)  # never inside an image span
             if hit is not None and n > donor_keep:
                 restored = self._from_host(own, hit, n)
@@ -338,6 +345,16 @@ class GenerationEngine:
                     donor, keep, own.cache = None, n, prompt[:n]
                 else:  # the slot was emptied for the failed restore
                     keep, own.cache = 0, []
+        # the disk tier holds base-weight states only (its entries are not keyed by a request's adapter set)
+        if not restored and self.disk_cache is not None and job.prompt_cache and not job.media and not ad \
+                and not own.adapters:
+            n = self.disk_cache.restore(self.backend, own.id, prompt, limit, key, max(keep, donor_keep))
+            if n < 0:
+                self.stats.prompt_cache_refused += 1
+            if n:  # loaded (n > 0) or the slot emptied by a failed load (-1)
+                restored, donor, keep = True, None, max(n, 0)
+                own.cache = prompt[:keep]
+                self.stats.disk_cache_restored_tokens += keep
         if restored:
             pass
         elif donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
@@ -351,6 +368,10 @@ class GenerationEngine:
             own.cache = []
         else:
             own.cache = own.cache[:keep]
+        if keep and not self._reusable(own, keep):  # a sliding-window cache lacks cells this prefix needs
+            self.backend.seq_rm(own.id, -1, -1)
+            keep, own.cache = 0, []
+            self.stats.prompt_cache_refused += 1
         job.slot, job.cached, job.t_admitted = own.id, keep, now
         own.adapters = ad
         own.key = key if key is not None else own.key
@@ -416,7 +437,24 @@ class GenerationEngine:
 
     def _on_token(self, job: Job, row: int, now: float) -> int | None:
         """Sample one token from `row`, emit it, finish the job or set its next token.
-        None: the job failed here (its own grammar dead end)."""
+        None: the job failed here (its own grammar dead end).
+
+        A reasoning budget spent inside the thinking block queues the end marker's tokens:
+        they are emitted instead of sampled, one per step, so each is decoded into the KV
+        cache like a sampled token and the answer is sampled after them. The sampler records
+        them (penalties, grammar); a grammar that refuses the marker ends the sequence with
+        "length" (the budget is a limit, like max_tokens)."""
+        t = job.thinking
+        if t is not None and not job.forced and t.due():
+            job.forced = t.close()
+        if job.forced:
+            forced = job.forced.pop(0)
+            if not self.backend.force(job.sampler, forced):
+                job.forced = []
+                self._finish(job, "length", now)
+                return None
+            self._take(job, forced, row, now, forced=True)
+            return forced
         tok = self._sample(job, row)
         if tok is not None:
             self._take(job, tok, row, now)
@@ -436,8 +474,8 @@ class GenerationEngine:
         self._emit(job, Delta(error=e))
         self._close_job(job)
 
-    def _take(self, job: Job, tok: int, row: int, now: float) -> None:
-        """Emit a sampled token; finish the job or set its next token."""
+    def _take(self, job: Job, tok: int, row: int, now: float, forced: bool = False) -> None:
+        """Emit a sampled (or forced) token; finish the job or set its next token."""
         be = self.backend
         if not job.t_first:
             job.t_first = now
@@ -453,7 +491,10 @@ class GenerationEngine:
         job.generated.append(tok)
         self.stats.generated_tokens += 1
         assert job.out is not None and job.slot is not None  # set when the job got its slot
-        text = job.out.feed(be.piece(tok))
+        piece = be.piece(tok)
+        text = job.out.feed(piece)
+        if job.thinking is not None:
+            job.thinking.feed(piece, forced)
         slot = self.slots[job.slot]
         if job.out.stopped:
             self._finish(job, "stop", now, text, [tok], lp)
@@ -486,6 +527,22 @@ class GenerationEngine:
         self.stats.host_cache_restored_tokens += n
         return True
 
+    def _checkpoint(self, job: Job) -> None:
+        """Offer the job's sequence as it stands to the disk cache (written off this thread)."""
+        assert self.disk_cache is not None and job.slot is not None
+        if job.prompt_cache and not job.media and not job.shifted and not job.adapters:
+            self.disk_cache.offer(self.slots[job.slot].cache, job.cache_key,
+                                  functools.partial(cast(Any, self.backend).seq_state, job.slot))
+
+    def _reusable(self, slot: Slot, keep: int) -> bool:
+        """Does the sequence, cut to `keep` tokens, still hold the cells its next position
+        attends to? A live slot does (the context keeps every cell: swa_full), but a state
+        restored from RAM or disk holds a sliding-window layer's cells only near its end, so
+        cut further back it cannot be resumed (llama-server's "forcing full prompt
+        re-processing"): then the prompt is prefilled whole, counted in prompt_cache_refused."""
+        check = getattr(self.backend, "reusable", None)
+        return check is None or check(slot.id, keep)
+
     # ---- speculation (speculation.py) and context shift ----------------------------------------
     def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
         """Append each speculating sequence's draft to its entry (want = 1 + draft tokens),
@@ -496,6 +553,8 @@ class GenerationEngine:
             sp = job.speculation
             if sp is None or budget <= 0:
                 continue
+            if job.forced or (job.thinking is not None and job.thinking.bounding):
+                continue  # a reasoning budget may cut the block at any token: no draft runs past it
             if job.media and sp.drafter is not None and sp.drafter.text_only:
                 sp.disabled_reason = "media"
                 continue
@@ -601,6 +660,8 @@ class GenerationEngine:
                 slot.cache = []
                 if job.speculation is not None and job.speculation.drafter is not None:  # nor in a draft's cache
                     job.speculation.drafter.forget(slot.id)
+            elif self.disk_cache is not None and reason in ("stop", "length") and len(job.group) == 1:
+                self._checkpoint(job)
         try:
             job.sampler.close()
         except Exception:
@@ -644,7 +705,10 @@ class GenerationEngine:
             try:
                 if reset:
                     self._reset_cache()
-                fut.set_result(fn())
+                result = fn()
+                if reset and self.disk_cache is not None:  # after a LoRA switch: another identity
+                    self.disk_cache.refresh()
+                fut.set_result(result)
             except BaseException as e:
                 fut.set_exception(e)
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from inferd.scheduling.speculation import Speculation
 from inferd.scheduling.textout import TextOut
+from inferd.scheduling.thinking import ThinkingBudget
 from inferd.types import Delta, TokenLogprob, Usage
 
 
@@ -22,6 +23,9 @@ class Backend(Protocol):
 
     def decode(self, entries: list[tuple[int, list[int], int, bool]]) -> list[int]: ...
     def sample(self, sampler: Any, row: int) -> int: ...
+    # Record `token` as the sampler's next output without sampling it (a forced token: the
+    # end-of-thinking marker at a reasoning budget); False when the sampler's grammar refuses it.
+    def force(self, sampler: Any, token: int) -> bool: ...
     def logprob(self, row: int, token: int, top_n: int) -> TokenLogprob: ...
     def piece(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
@@ -80,6 +84,9 @@ class Job:
     media: dict[int, Any] = field(default_factory=dict)
     # n > 1: the other choices of the same prompt, on the first job only (see module doc).
     siblings: list["Job"] = field(default_factory=list)
+    # Chat requests whose template can think: counts the thinking tokens, and at a budget the
+    # engine forces the end marker (thinking.py).
+    thinking: ThinkingBudget | None = None
     # ---- worker state ----
     number: int = 0                   # submission order
     cancelled: bool = False
@@ -87,6 +94,7 @@ class Job:
     cached: int = 0
     generated: list[int] = field(default_factory=list)
     next_token: int | None = None
+    forced: list[int] = field(default_factory=list)  # tokens to emit instead of sampling
     out: TextOut | None = None
     t_admitted: float = 0.0
     t_first: float = 0.0
@@ -103,6 +111,7 @@ class Job:
         n = len(self.generated)
         gen_s = (self.t_last - self.t_first) if self.t_first else 0.0
         return Usage(prompt_tokens=len(self.prompt), completion_tokens=n, cached_prompt_tokens=self.cached,
+                     reasoning_tokens=self.thinking.count if self.thinking is not None else 0,
                      ttft=(self.t_first - self.arrived) if self.t_first else 0.0,
                      tps=(n - 1) / gen_s if n > 1 and gen_s > 0 else 0.0,
                      queue_seconds=max(0.0, (self.t_admitted or now) - self.arrived),

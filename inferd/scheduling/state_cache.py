@@ -10,6 +10,7 @@ least recently used out first; a state that is a prefix of a newer one is supers
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 
 def _common(a: list[int] | tuple[int, ...], b: list[int]) -> int:
@@ -45,12 +46,14 @@ class HostCache:
         self.used += len(data)
         self.saves += 1
 
-    def best(self, prompt: list[int], limit: int) -> tuple[int, tuple[int, ...] | None]:
-        """(tokens of `prompt` the best saved state covers, at most `limit`; its key)."""
+    def best(self, prompt: list[int], limit: int,
+             floor: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...] | None]:
+        """(tokens of `prompt` the best saved state covers, at most `limit`; its key). `floor(n)`:
+        the shortest prefix a state of n tokens can be cut back to (sliding-window models)."""
         best, hit = 0, None
         for k in self._entries:
             n = min(_common(k, prompt), limit)
-            if n > best:
+            if n > best and (floor is None or n >= floor(len(k))):
                 best, hit = n, k
         return best, hit
 

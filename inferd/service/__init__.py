@@ -74,7 +74,7 @@ class InferenceService:
         self.lora = LoraService(self.catalog, registry)
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
         self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media,
-                                            PrepPool(settings.prep_threads))
+                                            PrepPool(settings.prep_threads), settings.reasoning_budget)
         self.generation.ignore_images_without_projector = settings.ignore_images_without_projector
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
@@ -177,6 +177,9 @@ class InferenceService:
 
     async def generate_batch(self, reqs: list[GenerateRequest | InferdError]) -> list[Generation | InferdError]:
         return await self.generation.generate_batch(reqs)
+
+    async def count_prompt_tokens(self, req: GenerateRequest) -> tuple[str, int]:
+        return await self.generation.count_prompt_tokens(req)
 
     async def load_generator(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         return await self.generation.load(model, keep_alive)

@@ -18,22 +18,31 @@ from __future__ import annotations
 
 from inferd.chat.output import ChatDelta, ChatOutputParser
 from inferd.chat.plan import ChatPlan, plan_chat
+from inferd.chat.reasoning import reasoning_markers
 from inferd.types import Delta, GenerateRequest
 
 
-def plan_request(req: GenerateRequest, template: str | None) -> ChatPlan | None:
+def plan_request(req: GenerateRequest, template: str | None, default_budget: int | None = None) -> ChatPlan | None:
     """The chat plan of `req` rendered with `template` (None: a plain prompt, or a model
     without a template whose messages are read as text). None when the request has no
-    chat options (completions)."""
+    chat options (completions). `default_budget`: the server's --reasoning-budget."""
     o = req.chat
     if o is None:
         return None
     chat = req.messages is not None
+    thinking = o.enable_thinking
+    if thinking is None and o.reasoning_effort is not None:
+        # An effort level asks for thinking where the template can think, and none where it cannot
+        # (OpenAI models without reasoning accept the field too); "none" turns it off.
+        thinking = o.reasoning_effort != "none" and reasoning_markers(template if chat else None) is not None
+        if not thinking and reasoning_markers(template if chat else None) is None:
+            thinking = None  # nothing to turn off: leave the template's variables as they are
     return plan_chat(req.messages if chat else [], template=template if chat else None, tools=o.tools,
                      tool_choice=o.tool_choice, parallel_tool_calls=o.parallel_tool_calls,
                      response_format=o.response_format, ollama_format=o.json_format, grammar=o.grammar,
-                     enable_thinking=o.enable_thinking, thinking_param=o.thinking_param,
-                     tool_call_ids=o.tool_call_ids)
+                     enable_thinking=thinking, thinking_param=o.thinking_param,
+                     tool_call_ids=o.tool_call_ids, reasoning_effort=o.reasoning_effort,
+                     reasoning_budget=o.reasoning_budget, default_budget=default_budget)
 
 
 class ChatOutput:

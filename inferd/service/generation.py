@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.chat.gbnf import check_gbnf
+from inferd.chat.plan import ChatPlan
+from inferd.chat.reasoning import prompt_opens_reasoning
 from inferd.chat.sandbox import RenderLimits, render_limits
 from inferd.chat.templates import render_chat
 from inferd.errors import Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput
@@ -30,6 +32,7 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
 from inferd.scheduling.speculation import Speculation
+from inferd.scheduling.thinking import ThinkingBudget
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.chat import ChatOutput, plan_request
 from inferd.service.core import Catalog
@@ -58,14 +61,17 @@ class Prepared:
     # n > 1: a sampler and an output parser for each further choice
     more: list[tuple[Any, ChatOutput | None]] = dataclasses.field(default_factory=list)
     media: dict[int, Any] = dataclasses.field(default_factory=dict)  # image spans (engine's Job.media)
+    thinking: dict[str, Any] | None = None  # ThinkingBudget arguments, one tracker per choice
 
 
-def prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None = None) -> Prepared:
+def prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None = None,
+            default_budget: int | None = None) -> Prepared:
     """Prompt tokens, sampler and token budget for `req` on runtime `rt`. Runs on a thread:
     template rendering and tokenizing a long prompt are CPU work. Chat options (tools,
     structured output, thinking) are planned here, so all their 400s come first too.
     `images`: the admitted, decoded images of the messages' image parts, in order; each part
-    becomes the projector's media marker in the rendered text."""
+    becomes the projector's media marker in the rendered text. `default_budget`: the
+    server's --reasoning-budget, for requests that name none."""
     if images:
         marker = rt.media_marker
         if marker is None:
@@ -73,7 +79,7 @@ def prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | No
         req = dataclasses.replace(req, messages=with_markers(req.messages or [], marker))
     media: dict[int, Any] = {}
     try:
-        return _prepare(rt, req, images, media)
+        return _prepare(rt, req, images, media, default_budget)
     except RecursionError as e:  # a pathological nesting a bounded check did not catch
         _close_media(media)
         raise InvalidInput("the request is nested too deeply to process") from e
@@ -100,7 +106,7 @@ TEMPLATE_SECONDS = 10.0
 
 
 def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | None,
-             media: dict[int, Any]) -> Prepared:
+             media: dict[int, Any], default_budget: int | None = None) -> Prepared:
     # Runs on the prep pool (service/prep.py), inside the request's admission slot. Every stage
     # is bounded (message count and rendered size tied to the context, a render deadline) and
     # checks for cancellation (client gone) before it starts.
@@ -115,7 +121,7 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
     checkpoint()
     template = req.chat_template or rt.chat_template
     use_template = req.messages is not None and bool(template or not req.template_fallback)
-    plan = plan_request(req, template if use_template else None)
+    plan = plan_request(req, template if use_template else None, default_budget)
     text = ""
     checkpoint()
     if req.infill is not None:  # fill-in-the-middle: the model's FIM tokens around the parts (fim.py)
@@ -203,7 +209,18 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
             s.close()
         raise
     (sampler, output), *more = made
-    return Prepared(tokens, sampler, max_tokens, output, more, dict(media))
+    return Prepared(tokens, sampler, max_tokens, output, more, dict(media),
+                    _thinking(rt, plan, text) if plan is not None and use_template else None)
+
+
+def _thinking(rt: GeneratorRuntime, plan: ChatPlan, prompt: str) -> dict[str, Any] | None:
+    """What the engine needs to count (and, with a budget, to bound) the thinking block."""
+    m = plan.thinking.markers
+    if m is None:
+        return None
+    close_ids = rt.tokenize(m.close, add_special=False, parse_special=True) if plan.thinking.budget is not None else []
+    return {"open": m.open.encode(), "close_marker": m.close.encode(), "close_ids": close_ids,
+            "budget": plan.thinking.budget, "in_block": prompt_opens_reasoning(prompt, m)}
 
 
 class GenerationStream:
@@ -285,9 +302,11 @@ class GenerationService:
     LoRA choices are re-applied to reloaded models, metrics count tokens."""
 
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, lora: LoraService,
-                 metrics: Metrics, media: MediaAdmission | None = None, prep: PrepPool | None = None):
+                 metrics: Metrics, media: MediaAdmission | None = None, prep: PrepPool | None = None,
+                 reasoning_budget: int | None = None):
         self.catalog, self.registry, self.admission, self.lora, self.metrics = (
             catalog, registry, admission, lora, metrics)
+        self.reasoning_budget = reasoning_budget  # --reasoning-budget: requests that name none (-1: unbounded)
         self.prep = prep or PrepPool(4)  # templates, tokenizing, grammars: bounded, cancellable
         self.media = media  # image budgets (scheduling/media.py); None: images are refused
         self.streams: set[GenerationStream] = set()  # running generations, for /stop
@@ -343,7 +362,7 @@ class GenerationService:
             stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
                                   if loads_a_draft(ctl, spec) else plan_speculation(ctl, spec, handle, self.catalog))
             sp = stream.speculation if stream.speculation.disabled_reason is None else None
-            p = await self.prep.run(prepare, handle.backend, req, images)
+            p = await self.prep.run(prepare, handle.backend, req, images, self.reasoning_budget)
             stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.outputs = [p.output] + [o for _s, o in p.more]
             loop = asyncio.get_running_loop()
@@ -356,6 +375,7 @@ class GenerationService:
                            compaction=ctl.cache_compaction_ratio, pin_slot=ctl.slot if index == 0 else None,
                            adapters=adapters, own_adapters=adapters is not None,
                            return_progress=req.return_progress and req.stream and index == 0,
+                           thinking=ThinkingBudget(**p.thinking) if p.thinking is not None else None,
                            # each choice drafts on its own; the response reports the first's
                            speculation=(sp if index == 0 else dataclasses.replace(sp)) if sp is not None else None)
             stream.job = job(p.sampler, 0)
@@ -397,6 +417,25 @@ class GenerationService:
         work = sum(1 for r in reqs if not isinstance(r, InferdError))
         async with self.admission.slot(weight=max(1, work)):
             return list(await asyncio.gather(*(one(r) for r in reqs)))
+
+    async def count_prompt_tokens(self, req: GenerateRequest) -> tuple[str, int]:
+        """-> (model, the prompt tokens `req` would use): rendered with its template, tools and
+        thinking exactly as a generation would be (every 400 the same), without generating.
+        Image parts count as their text markers; the images themselves are not decoded."""
+        check_engine_limits(req)
+        spec = self.spec(req.model)
+        req.model = spec.name
+        async with self.admission.slot(), self.registry.use(spec.name, GEN) as handle:
+            assert isinstance(handle, GeneratorHandle)
+
+            def count(rt: GeneratorRuntime) -> int:
+                p = prepare(rt, req)
+                for sampler in [p.sampler, *(s for s, _o in p.more)]:
+                    sampler.close()
+                _close_media(p.media)
+                return len(p.prompt)
+
+            return spec.name, await self.prep.run(count, handle.backend)
 
     async def load(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         """Load (or, with keep_alive 0, unload) a generator without generating: Ollama's

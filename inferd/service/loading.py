@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from inferd.config import Settings
@@ -20,6 +21,7 @@ from inferd.models import ModelKind, ModelSpec
 from inferd.registry.builtins import materialize
 from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.batcher import Batcher
+from inferd.scheduling.disk_cache import DiskCache
 from inferd.scheduling.generation import GenerationEngine
 from inferd.scheduling.speech import SpeechQueue
 from inferd.service.handles import (EncoderHandle, EncoderRuntime, GeneratorHandle, Handle, PredictorHandle,
@@ -36,6 +38,8 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
                           cache_dtype=settings.cache_dtype, n_gpu_layers=settings.n_gpu_layers,
                           cache_ram=settings.cache_ram * 1024 * 1024,
                           mmproj_threads=settings.mmproj_n_threads, mmproj_gpu=settings.mmproj_gpu,
+                          cache_dir=str(settings.cache_dir) if settings.cache_dir else None,
+                          cache_disk_size=settings.cache_disk_size,
                           # a full engine queue is a 503, never unbounded memory
                           max_waiting=max(settings.max_queued_requests, settings.parallel) * 4)
 
@@ -45,7 +49,16 @@ def _generator(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
     from inferd.runtimes.llama_cpp import load_generator
 
     backend = load_generator(spec, opts)
-    engine = GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting, host_cache_bytes=opts.cache_ram)
+    disk = None
+    if opts.cache_dir and opts.cache_disk_size > 0:  # scheduling/disk_cache.py
+        try:
+            disk = DiskCache(Path(opts.cache_dir), opts.cache_disk_size, backend.cache_identity,
+                             reuse_floor=backend.reuse_floor)
+        except OSError as e:
+            backend.close()
+            raise ModelLoadFailed(f"model '{spec.name}': cannot use --cache-dir {opts.cache_dir}: {e}") from e
+    engine = GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting, host_cache_bytes=opts.cache_ram,
+                              disk_cache=disk)
     handle = GeneratorHandle(backend, engine,
                              make_draft=functools.partial(_draft, backend, opts))
     try:

@@ -138,10 +138,12 @@ def logprobs(lps: list[TokenLogprob]) -> list[dict[str, Any]]:
 
 
 def chat_options(format: Any, think: Any, tools: list | None = None, tool_choice: Any = None) -> ChatOptions:
-    """Ollama's `format` ("json" | a schema), `think` (bool or a level) and tools."""
+    """Ollama's `format` ("json" | a schema), `think` (bool or a level) and tools. A level
+    ("low" / "medium" / "high", as Ollama takes for gpt-oss) turns thinking on and sets the
+    budget of that effort (chat.reasoning.EFFORT_BUDGETS)."""
     return ChatOptions(tools=tools, tool_choice=tool_choice, json_format=format,
                        enable_thinking=requested_thinking(think=think), thinking_param="think",
-                       tool_call_ids="optional")
+                       reasoning_effort=think if isinstance(think, str) else None, tool_call_ids="optional")
 
 
 def chat_request(body: ChatRequest) -> GenerateRequest:

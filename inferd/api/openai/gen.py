@@ -26,7 +26,7 @@ from inferd.api.infill import LoraEntry, lora_refs, ping_interval, progress
 from inferd.api.openai.dialect import Dialect, OPENAI
 from inferd.api.streaming import generate_or_stream, sse_response
 from inferd import __version__
-from inferd.chat.reasoning import requested_thinking
+from inferd.chat.reasoning import effort_budget, requested_thinking
 from inferd.errors import InvalidInput
 from inferd.service import InferenceService
 from inferd.types import (ChatOptions, EngineControls, GenerateRequest, Generation, Infill, SamplingParams,
@@ -101,6 +101,8 @@ class ChatCompletionRequest(SamplingFields):
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     enable_thinking: bool | None = None
+    reasoning_effort: str | None = None  # none | minimal | low | medium | high (chat.reasoning.EFFORT_BUDGETS)
+    reasoning_budget: int | None = Field(None, ge=0)  # extension: thinking tokens allowed, exactly
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -179,7 +181,14 @@ def chat_options(body: ChatCompletionRequest) -> ChatOptions:
     return ChatOptions(tools=body.tools, tool_choice=body.tool_choice,
                        parallel_tool_calls=True if body.parallel_tool_calls is None else body.parallel_tool_calls,
                        response_format=body.response_format, grammar=body.grammar,
-                       enable_thinking=requested_thinking(body.enable_thinking, body.chat_template_kwargs))
+                       enable_thinking=requested_thinking(body.enable_thinking, body.chat_template_kwargs),
+                       reasoning_effort=_effort(body.reasoning_effort), reasoning_budget=body.reasoning_budget)
+
+
+def _effort(effort: str | None) -> str | None:
+    if effort is not None:
+        effort_budget(effort)  # an unknown level is a 400 naming reasoning_effort
+    return effort
 
 
 # The roles OpenAI's chat API accepts; any other is a 400 there, so here too.
@@ -247,7 +256,8 @@ def completion_request(body: CompletionRequest) -> GenerateRequest:
 def usage_dict(u: Usage, dialect: Dialect = OPENAI) -> dict[str, Any]:
     out: dict[str, Any] = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
                            "total_tokens": u.total_tokens,
-                           "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens}}
+                           "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
+                           "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens}}
     if dialect.cached_prompt_tokens:
         out["cached_prompt_tokens"] = u.cached_prompt_tokens
     return out

@@ -55,6 +55,7 @@ class LlamaContext:
         self.mem = L.llama_get_memory(ctx)
         self.batch = L.llama_batch_init(cfg.n_batch, 0, cfg.n_seq)
         self._adapters: dict[str, ctypes.c_void_p] = {}
+        self.adapter = ""  # the LoRA set applied now ("path@scale"), part of the disk cache's identity
 
     def close(self) -> None:
         if self.ptr:
@@ -155,11 +156,28 @@ class LlamaContext:
         n = L.llama_state_seq_get_size(self.ptr, seq)
         buf = (ctypes.c_uint8 * n)()
         got = L.llama_state_seq_get_data(self.ptr, buf, n, seq)
-        return bytes(buf[:got])
+        return ctypes.string_at(buf, got)  # one copy; bytes(buf[:got]) built a list of ints first
 
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         return L.llama_state_seq_set_data(self.ptr, buf, len(data), seq) > 0
+
+    def seq_pos_min(self, seq: int) -> int:
+        """The smallest position `seq` still holds in every layer's cache (-1: empty). Above 0
+        when a sliding-window cache dropped cells: the prefix can then not be reused."""
+        return int(L.llama_memory_seq_pos_min(self.mem, seq))
+
+    def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
+        """llama.cpp's own sequence file (llama-server's slot save format); bytes written."""
+        arr = (L.llama_token * len(tokens))(*tokens)
+        return int(L.llama_state_seq_save_file(self.ptr, path.encode(), seq, arr, len(tokens)))
+
+    def load_seq_file(self, seq: int, path: str, capacity: int) -> tuple[int, list[int]]:
+        """(bytes read, tokens) of a sequence file loaded into `seq`; 0 bytes on failure."""
+        arr = (L.llama_token * capacity)()
+        n = ctypes.c_size_t(0)
+        got = L.llama_state_seq_load_file(self.ptr, path.encode(), seq, arr, capacity, ctypes.byref(n))
+        return int(got), list(arr[:n.value]) if got else []
 
     # ---- LoRA ----------------------------------------------------------------------------
     def load_adapter(self, path: str) -> ctypes.c_void_p:
@@ -179,6 +197,7 @@ class LlamaContext:
         a step, one decode per set."""
         if not adapters:
             L.llama_set_adapters_lora(self.ptr, None, 0, None)
+            self.adapter = ""
             return
         n = len(adapters)
         arr = (L.llama_adapter_lora_p_ctypes * n)(
@@ -186,3 +205,4 @@ class LlamaContext:
         rc = L.llama_set_adapters_lora(self.ptr, arr, n, (ctypes.c_float * n)(*(s for _p, s in adapters)))
         if rc != 0:
             raise InvalidInput(f"llama.cpp refused LoRA adapters {[p for p, _s in adapters]} (code {rc})")
+        self.adapter = ";".join(f"{p}@{s}" for p, s in adapters)  # the disk cache's identity of these cells

@@ -189,6 +189,9 @@ class LlamaGenerator:
     def sample(self, sampler: Sampler, row: int) -> int:
         return sampler.sample(self.ctx.ptr, row)
 
+    def force(self, sampler: Sampler, token: int) -> bool:
+        return sampler.force(token)
+
     def logprob(self, row: int, token: int, top_n: int) -> TokenLogprob:
         return token_logprob(self.model, self.ctx.logits(row), token, top_n)
 
@@ -224,6 +227,62 @@ class LlamaGenerator:
 
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         return self.ctx.set_seq_state(seq, data)
+
+    @cached_property
+    def _memory_kind(self) -> tuple[int, bool]:
+        """(sliding window in tokens or 0, recurrent or hybrid)."""
+        import llama_cpp as L
+
+        m = self.model.ptr
+        return int(L.llama_model_n_swa(m)), bool(L.llama_model_is_recurrent(m) or L.llama_model_is_hybrid(m))
+
+    def reuse_floor(self, n_tokens: int) -> int:
+        """The shortest prefix a saved state of `n_tokens` (llama_state_seq_get_data) can be cut
+        back to and still be resumed. llama.cpp writes a sliding-window layer's cells only within
+        the window of the sequence's last position (swa_full or not), so a restored SWA state
+        resumes at its end or one token before it (the last prompt token decoded again), never
+        further back; a recurrent state only at its end."""
+        n_swa, recurrent = self._memory_kind
+        if recurrent:
+            return n_tokens
+        return n_tokens - 1 if n_swa and n_tokens > n_swa else 0
+
+    def reusable(self, seq: int, n: int) -> bool:
+        """May `seq`, cut to its first `n` tokens, be resumed at position n? Its cells must reach
+        back as far as the window of position n (llama.cpp's SWA mask: a key at p0 is seen from
+        p1 when p1 - p0 < n_swa); without a window every cell from 0 is needed."""
+        pos_min = self.ctx.seq_pos_min(seq)
+        if pos_min <= 0:
+            return True
+        n_swa, _recurrent = self._memory_kind
+        return bool(n_swa) and pos_min <= n - n_swa + 1
+
+    def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
+        return self.ctx.save_seq_file(seq, path, tokens)
+
+    def load_seq_file(self, seq: int, path: str) -> tuple[int, list[int]]:
+        return self.ctx.load_seq_file(seq, path, self.n_ctx_seq)
+
+    def cache_identity(self) -> dict[str, str]:
+        """What a saved sequence state depends on (the disk prompt cache's key): the model file,
+        and the context config it was computed under."""
+        import llama_cpp
+
+        build = f"{llama_cpp.__version__} {llama_cpp.llama_print_system_info().decode(errors='replace')}"
+        return {"model": str(self.model.path.resolve()), "file": self._file_identity,
+                "config": f"n_ctx={self.n_ctx_seq};kv={self.cache_dtype};lora={self.ctx.adapter};build={build}"}
+
+    @cached_property
+    def _file_identity(self) -> str:
+        """Size, mtime and a hash of the first MiB: a replaced file differs, and a start does
+        not read gigabytes of weights to know it."""
+        import hashlib
+
+        p = self.model.path
+        st = p.stat()
+        with open(p, "rb") as f:
+            head = hashlib.sha256(f.read(1 << 20)).hexdigest()
+        return f"{st.st_size}:{st.st_mtime_ns}:{head}"
 
     def argmax(self, row: int) -> int:
         """The greedy token of one row (a draft model's proposal)."""

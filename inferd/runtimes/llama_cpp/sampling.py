@@ -175,6 +175,19 @@ class Sampler:
         self.accepted += 1
         return tok
 
+    def force(self, tok: int) -> bool:
+        """Record `tok` as the next output without sampling it (penalties and grammar advance
+        as if it had been sampled). False, and nothing recorded, when the grammar refuses it:
+        accepting a refused token would abort the process."""
+        if self.grammar is not None:
+            if not self._allowed(tok):
+                return False
+            self._utf8_tail = self._utf8_next(tok) or b""
+            L.llama_sampler_accept(self.grammar, tok)
+        L.llama_sampler_accept(self.chain, tok)
+        self.accepted += 1
+        return True
+
     def _allowed(self, tok: int) -> bool:
         """Whether the grammar, in its current state, allows `tok` (a one-candidate apply)."""
         if not 0 <= tok < self.n_vocab:
