@@ -27,6 +27,12 @@ def _add_settings_flags(p: argparse.ArgumentParser) -> None:
       help="serve one more model by hand; repeatable")
     a("--mmproj", action="append", dest="mmproj", metavar="FILE",
       help="vision projector (mmproj GGUF) of a --model generator, paired in order; repeatable")
+    a("--mmproj-n-threads", type=int, metavar="N", help="threads of the vision projector (default: --threads)")
+    a("--no-mmproj-gpu", action="store_const", const=False, dest="mmproj_gpu",
+      help="keep the vision projector on the CPU when layers are offloaded (a CPU build has no GPU)")
+    a("--ignore-images-without-projector", action="store_const", const=True, default=None,
+      help="image parts sent to a generator without a vision projector are dropped with a warning "
+           "(openai-server's behaviour) instead of a 400")
     a("--no-builtins", action="store_const", const=False, dest="builtins",
       help="serve only configured models (plus the `fixed` chunker)")
 
@@ -42,7 +48,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     a("--max-loaded-models", type=int)
     a("--max-memory", help="memory budget of loaded models (8GiB, 512MiB, bytes; 0 = none; "
                            "default 75%% of RAM): idle models are evicted LRU, a model that cannot fit is a 507")
-    a("--max-concurrent-requests", type=int)
+    a("--max-concurrent-requests", type=int, help="inference requests running at once (default 64; 0 = unbounded)")
     a("--max-queued-requests", type=int)
     a("--queue-timeout", help="longest wait in the admission queue before a 503")
     a("--max-body-bytes", help="largest request body (32MiB, bytes; default 32 MiB); a /v1/files upload may "
@@ -66,6 +72,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
       help="load model.onnx even when a quantized variant (model_quantized.onnx, *_int8) is present")
     a("--data-dir", help="server data (uploaded files) (default ~/.inferd)")
     a("--max-media-bytes", help="encoded image bytes per request (default and cap 100 MiB; 0 = no media)")
+    a("--max-read-batch-bytes", help="encoded image bytes of one /ai/v1/read request (default 256 MiB)")
     a("--max-image-dimension", type=int, help="largest image edge in pixels (default 16384)")
     a("--allow-remote-media", action="store_const", const=True, default=None,
       help="fetch http(s) image URLs named in requests (off: data stays on the host)")
@@ -203,9 +210,10 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     at the top, so `inferd serve` pays for none of them."""
     from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
     from inferd.registry.pull.cli import register as pull  # light: huggingface_hub is imported on use
+    from inferd.registry.pull.cli import register_aliases as serve_aliases  # openai-server's `local`, `hf-model`
     from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
 
-    return [ml_import, cluster, pull]
+    return [ml_import, cluster, pull, serve_aliases]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,7 +91,8 @@ class Settings(BaseSettings):
     # Memory budget of loaded models (bytes or "8GiB"; 0 = none); idle models are evicted LRU
     # to make room, and a model that cannot fit is a 507.
     max_memory: int = Field(default_factory=default_max_memory, ge=0)
-    max_concurrent_requests: int = Field(64, ge=1)
+    # 0 = unbounded (spec 003: the 16 MiB-per-request media caps then do not apply either)
+    max_concurrent_requests: int = Field(64, ge=0)
     max_queued_requests: int = Field(256, ge=0)
     queue_timeout: float = 60.0
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
@@ -103,6 +104,9 @@ class Settings(BaseSettings):
     cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] = "f16"  # generator KV cache type
     n_gpu_layers: int = Field(0, ge=-1)         # passed to llama.cpp
     cache_ram: int = Field(0, ge=0)             # MiB of host-RAM prompt cache per generator (0: off)
+    mmproj_n_threads: int | None = Field(None, ge=1)  # vision projector threads (None: --threads)
+    mmproj_gpu: bool = True                     # --no-mmproj-gpu: keep the projector on the CPU
+    ignore_images_without_projector: bool = False  # openai-server: drop image parts (warning) instead of a 400
     reasoning_budget: int = Field(-1, ge=-1)    # thinking tokens of requests that name no budget (-1: unbounded)
     cache_dir: Path | None = None               # disk prompt cache: sequence states that survive restarts
     cache_disk_size: int = Field(2 << 30, ge=0)  # bytes the cache dir may hold (LRU), "2GiB"
@@ -118,7 +122,8 @@ class Settings(BaseSettings):
     # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
     data_dir: Path = Path("~/.inferd")
     # Image inputs (scheduling/media.py): per-request byte cap, per-edge cap, remote fetches.
-    max_media_bytes: int = Field(100 * 1024 * 1024, ge=0)
+    max_media_bytes: int = Field(100 * 1024 * 1024, ge=0)   # config file: max_download_size_bytes too
+    max_read_batch_bytes: int = Field(256 * 1024 * 1024, ge=0)  # /ai/v1/read: encoded image bytes per request
     max_image_dimension: int = Field(16384, ge=0)  # 0: no per-edge limit (the pixel budget still applies)
     allow_remote_media: bool = False
     allow_private_media_urls: bool = False
@@ -155,8 +160,9 @@ class Settings(BaseSettings):
                              "give a real key or none at all")
         return v
 
-    @field_validator("max_memory", "max_body_bytes", "max_audio_bytes", "max_media_bytes", "max_file_bytes",
-                     "max_files_total_bytes", "download_reserve_bytes", "cache_disk_size", mode="before")
+    @field_validator("max_memory", "max_body_bytes", "max_audio_bytes", "max_media_bytes", "max_read_batch_bytes",
+                     "max_file_bytes", "max_files_total_bytes", "download_reserve_bytes", "cache_disk_size",
+                     mode="before")
     @classmethod
     def _size(cls, v: Any) -> int:
         return parse_size(v)
@@ -218,7 +224,35 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    return spec_names({k.replace("-", "_"): v for k, v in data.items()}, path)
+
+
+# The Antfly spec's names in a config file -> inferd's settings. `admission.inference.
+# max_concurrent_requests` is a nested table there ([admission.inference] in TOML).
+SPEC_ALIASES = {"max_download_size_bytes": "max_media_bytes"}
+
+
+def spec_names(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    out = dict(data)
+    adm = out.pop("admission", None)
+    if adm is not None:
+        inf = adm.get("inference") if isinstance(adm, dict) else None
+        if not isinstance(inf, dict) or set(adm) != {"inference"} or set(inf) - {"max_concurrent_requests"}:
+            raise ConfigError(f"config file {path}: 'admission' may only hold "
+                              "inference.max_concurrent_requests")
+        if "max_concurrent_requests" in inf:
+            _alias(out, "max_concurrent_requests", inf["max_concurrent_requests"], "admission.inference.", path)
+    for spec, ours in SPEC_ALIASES.items():
+        if spec in out:
+            _alias(out, ours, out.pop(spec), "", path, spec)
+    return out
+
+
+def _alias(out: dict[str, Any], ours: str, value: Any, prefix: str, path: Path, spec: str | None = None) -> None:
+    name = prefix + (spec or ours)
+    if ours in out and out[ours] != value:
+        raise ConfigError(f"config file {path}: {name} and {ours} disagree")
+    out[ours] = value
 
 
 def load_settings(overrides: dict[str, Any] | None = None, config_file: str | Path | None = None) -> Settings:

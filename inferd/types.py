@@ -41,6 +41,7 @@ class SamplingParams:
     grammar: str | None = None          # GBNF; constrains every sampled token
     grammar_root: str = "root"
     ignore_eos: bool = False
+    grammar_endless: bool = False       # the grammar never completes: it may run with ignore_eos
     logprobs: bool = False
     top_logprobs: int = 0
     # The order of the chain after logit bias (llama-server's `samplers`): SAMPLER_STAGES

@@ -426,3 +426,43 @@ def test_request_grammar_precedence_and_conflicts():
     with pytest.raises(InvalidInput) as e:
         tool_call_grammar(TOOLS, "ghost")
     assert e.value.param == "tool_choice"
+
+
+STRICT = validate_tools([
+    {"type": "function", "function": {"name": "get_weather", "strict": True, "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
+        "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "lookup", "parameters": {  # not strict
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}},
+])
+
+
+def test_strict_tools_under_auto_constrain_only_the_call(llm):
+    """tool_choice 'auto' with a strict tool: free text, or text then calls whose arguments
+    obey a strict function's schema (any object for a function that is not strict)."""
+    g = request_grammar(tools=STRICT, tool_choice=ToolChoice("auto"), parallel_tool_calls=True)
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    for text, ok in [("", True), ("It is sunny <b>today</b> <tool", True), (call, True),
+                     ("Let me check. " + call, True), (call + "\n" + call, True),
+                     ('<tool_call>\n{"name": "lookup", "arguments": {"anything": [1, 2]}}\n</tool_call>', True),
+                     ('<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}\n</tool_call>', False),
+                     ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Constantinople"}}\n</tool_call>',
+                      False),
+                     ('<tool_call>\n{"name": "other", "arguments": {}}\n</tool_call>', False),
+                     ("<<tool_call>nope", False), (call + " and then some text", False)]:
+        assert accepts(llm, g, text) is ok, text
+    # no strict tool: unconstrained, as before
+    assert request_grammar(tools=TOOLS, tool_choice=ToolChoice("auto")) is None
+    # with a JSON response_format the answer is that JSON, or calls
+    g = request_grammar(tools=STRICT, tool_choice=ToolChoice("auto"), response_format={"type": "json_object"})
+    assert accepts(llm, g, '{"a": 1}') and accepts(llm, g, call) and not accepts(llm, g, "plain text")
+    assert not accepts(llm, g, '{"a": 1}' + call)
+    with pytest.raises(InvalidInput, match="strict: true"):
+        request_grammar(grammar='root ::= "x"', tools=STRICT, tool_choice=ToolChoice("auto"))
+    # ignore_eos (end-of-generation banned): the endless variant resumes text after a call
+    g = request_grammar(tools=STRICT, tool_choice=ToolChoice("auto"), endless=True)
+    assert accepts(llm, g, call + " and then some text " + call + call)
+    assert not accepts(llm, g, '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>')
+    # the reasoning prefix still comes first
+    g = request_grammar(tools=STRICT, tool_choice=ToolChoice("auto"), reasoning=("<think>", "</think>"))
+    assert accepts(llm, g, "<think>hm</think>\n" + call) and accepts(llm, g, "plain")

@@ -72,7 +72,7 @@ def test_cache_dtype_must_be_the_loaded_models(srv):
 
 
 @pytest.mark.parametrize("field,good,bad", [("backend", "auto", "tensorrt"), ("mode", "eager", "compiled"),
-                                            ("compiled_target", "none", "partitioned"),
+                                            ("compiled_target", "partitioned", "full"),
                                             ("speculation_policy", "off", "sometimes"),
                                             ("speculation_calibration", "online", "offline")])
 def test_runtime_selection_accepts_only_what_inferd_does(srv, field, good, bad):

@@ -17,6 +17,8 @@ from inferd.api.errors import error_response, family_of
 from inferd.errors import InferdError, InvalidInput, PayloadTooLarge, Unauthorized
 from inferd.logs import request_id
 from inferd.metrics import Metrics
+from inferd.scheduling.media import MediaLimits
+from inferd.service.reading import MAX_IMAGES as MAX_READ_IMAGES
 
 log = logging.getLogger("inferd.access")
 
@@ -94,7 +96,21 @@ def upload_limits(settings: Any) -> dict[str, int]:
     routes = {"/v1/files": files, "/ai/v1/transcribe": settings.max_audio_bytes * 4 // 3 + FORM_MARGIN}
     for p in ("/v1/audio/transcriptions", "/v1/audio/translations", "/audio/transcriptions", "/audio/translations"):
         routes[p] = audio
+    # Inline images travel as base64 in JSON: a body must be able to carry the whole media
+    # budget the route admits (scheduling/media.py), or --max-body-bytes would be the real,
+    # smaller limit.
+    lim = MediaLimits.from_settings(settings)
+    media = lim.request_bytes * 4 // 3 + FORM_MARGIN if lim.request_bytes else 0
+    for p in MEDIA_ROUTES:
+        routes[p] = media
+    routes["/ai/v1/read"] = lim.read_budget(MAX_READ_IMAGES) * 4 // 3 + FORM_MARGIN if lim.per_image_bytes else 0
     return {p: n for p, n in routes.items() if n > settings.max_body_bytes}
+
+
+# JSON routes that take inline images (besides /ai/v1/read, whose budget is its own)
+MEDIA_ROUTES = ("/ai/v1/generate", "/ai/v1/chat/completions", "/ai/v1/embed", "/ai/v1/embeddings",
+                "/ai/v1/rerank_multimodal", "/ai/v1/extract", "/v1/chat/completions", "/chat/completions",
+                "/api/chat", "/api/generate")
 
 
 class BodyLimit:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from inferd.chat.tools import ToolChoice, ToolSpec
 
 __all__ = ["check_gbnf", "json_schema_grammar", "ollama_format_grammar", "request_grammar",
-           "response_format_grammar", "tool_call_grammar"]
+           "response_format_grammar", "strict_tools_grammar", "tool_call_grammar"]
 
 def _finish(g: SchemaGrammar, root: str, reasoning: tuple[str, str] | None,
             extra: dict[str, str] | None = None) -> str:
@@ -133,31 +133,101 @@ def ollama_format_grammar(fmt, *, param: str = "format", reasoning: tuple[str, s
     raise InvalidInput(f"format must be \"json\" or a JSON schema object, not {fmt!r}", param=param)
 
 
+def _tool_call_rule(g: SchemaGrammar, tools: Sequence[ToolSpec], *, lenient: bool) -> str:
+    """The rule `tool-call`'s body: one Hermes call of one of `tools`, name and arguments tied
+    (`{"name": "f", "arguments": <f's schema>}`). A function without `parameters` takes `{}`
+    (OpenAI: no arguments). `lenient`: a tool that is not `strict` takes any JSON object (the
+    arguments of a call the model chose under tool_choice 'auto'; only strict tools are held
+    to their schema there)."""
+    ws = g.prim("ws")
+    calls = []
+    for i, t in enumerate(tools):
+        where = f"/{i}/function/parameters"
+        if lenient and not t.strict:
+            args = g.prim("jobject")
+        else:
+            params = t.parameters if t.parameters is not None else {"type": "object", "properties": {},
+                                                                      "additionalProperties": False}
+            args = g.visit(params, where)
+        body = (f'"{{" {ws} "\\"name\\"" {ws} ":" {ws} {literal(_json_str(t.name))} {ws} "," {ws} '
+                f'"\\"arguments\\"" {ws} ":" {ws} {args} {ws} "}}"')
+        calls.append(g.rule(f"call-{t.name}", body))
+    return f'( {" | ".join(calls)} ) "\\n"? {literal(HERMES_CLOSE)}'
+
+
+def _more_calls(max_calls: int) -> str:
+    return f' ( "\\n" tool-call ){{0,{max_calls - 1}}}' if max_calls > 1 else ""
+
+
 def tool_call_grammar(tools: Sequence[ToolSpec], name: str | None = None, *, max_calls: int = 1,
                       param: str = "tools", reasoning: tuple[str, str] | None = None) -> str:
-    """Force 1..max_calls Hermes tool calls of the offered functions (or only `name`).
-
-    Each call's name and arguments are tied: `{"name": "f", "arguments": <f's schema>}`.
-    A function without `parameters` takes `{}` (OpenAI: no arguments).
-    """
+    """Force 1..max_calls Hermes tool calls of the offered functions (or only `name`), each
+    call's arguments obeying that function's `parameters` schema."""
     chosen = [t for t in tools if name is None or t.name == name]
     if not chosen:
         raise InvalidInput(f"tool_choice names function {name!r}, which is not among the offered tools",
                            param="tool_choice")
     g = SchemaGrammar(param)
-    ws = g.prim("ws")
-    calls = []
-    for i, t in enumerate(chosen):
-        where = f"/{i}/function/parameters"
-        params = t.parameters if t.parameters is not None else {"type": "object", "properties": {},
-                                                                  "additionalProperties": False}
-        args = g.visit(params, where)
-        body = (f'"{{" {ws} "\\"name\\"" {ws} ":" {ws} {literal(_json_str(t.name))} {ws} "," {ws} '
-                f'"\\"arguments\\"" {ws} ":" {ws} {args} {ws} "}}"')
-        calls.append(g.rule(f"call-{t.name}", body))
-    one = (f'{literal(HERMES_OPEN)} "\\n"? ( {" | ".join(calls)} ) "\\n"? {literal(HERMES_CLOSE)}')
-    root = f'tool-call ( "\\n" tool-call ){{0,{max(max_calls, 1) - 1}}}' if max_calls > 1 else "tool-call"
-    return _finish(g, root, reasoning, {"tool-call": one})
+    one = f'{literal(HERMES_OPEN)} "\\n"? {_tool_call_rule(g, chosen, lenient=False)}'
+    return _finish(g, "tool-call" + _more_calls(max(max_calls, 1)), reasoning, {"tool-call": one})
+
+
+def strict_tools_grammar(tools: Sequence[ToolSpec], *, max_calls: int = 1, param: str = "tools",
+                         structured: dict | bool | None = None, reasoning: tuple[str, str] | None = None,
+                         endless: bool = False) -> str:
+    """tool_choice 'auto' with `strict` tools: the model answers or calls, as it likes, but a
+    call it starts obeys the schema of a strict function (any object for the others).
+
+    Free text (`text-s<k>`, a KMP automaton over `<tool_call>` like `_through_marker`'s, that
+    may end in any state) runs until the text first spells `<tool_call>`; from there on the
+    output is that call, then up to max_calls-1 more. With `structured` (a JSON
+    response_format's schema, or True for any object) the answer is that JSON document
+    instead of free text: `answer | calls`.
+
+    `endless` (for ignore_eos, where end-of-generation is banned): free text resumes after a
+    call, so that every state has a next character and the grammar never completes (a
+    complete grammar with its only way out banned aborts llama.cpp); calls are then not
+    counted. Only without `structured`, whose document must end."""
+    g = SchemaGrammar(param)
+    call = _tool_call_rule(g, tools, lenient=True)
+    more = _more_calls(max(max_calls, 1))
+    rules = {"tool-call": f'{literal(HERMES_OPEN)} "\\n"? {call}', "call-tail": f'"\\n"? {call}{more}'}
+    if structured is not None:
+        answer = g.prim("jobject") if structured is True else g.visit(structured, "")
+        return _finish(g, f"( {answer} | tool-call{more} )", reasoning, rules)
+    if endless:
+        rules["call-tail"] = f'"\\n"? {call} text-s0'
+    _free_text_until(HERMES_OPEN, "call-tail", rules)
+    return _finish(g, "text-s0", reasoning, rules)
+
+
+def _free_text_until(marker: str, then: str, rules: dict[str, str]) -> None:
+    """Rules `text-s<k>`: any text that may end anywhere, except that once it spells `marker`
+    the rule `then` must follow (state k: the longest prefix of the marker just written)."""
+    n = len(marker)
+    fail = [0] * n
+    for i in range(1, n):
+        k = fail[i - 1]
+        while k and marker[i] != marker[k]:
+            k = fail[k - 1]
+        fail[i] = k + (marker[i] == marker[k])
+
+    def step(state: int, ch: str) -> int:
+        while state and ch != marker[state]:
+            state = fail[state - 1]
+        return state + (ch == marker[state])
+
+    alphabet = "".join(sorted(set(marker)))
+    other = char_class(UNIVERSE - CharSet.of(alphabet))
+    for s in range(n):
+        targets: dict[int, list[str]] = {}
+        for ch in alphabet:
+            targets.setdefault(step(s, ch), []).append(ch)
+        alts = [f"{other} text-s0"]
+        for t, chars in sorted(targets.items()):
+            cls = char_class(CharSet.of("".join(chars)))
+            alts.append(f"{cls} {then}" if t == n else f"{cls} text-s{t}")
+        rules[f"text-s{s}"] = f'( {" | ".join(alts)} )?'
 
 
 def _json_str(s: str) -> str:
@@ -166,22 +236,28 @@ def _json_str(s: str) -> str:
 
 def request_grammar(*, grammar=None, response_format=None, ollama_format=None, tools: Sequence[ToolSpec] = (),
                     tool_choice: ToolChoice | None = None, parallel_tool_calls: bool = True,
-                    reasoning: tuple[str, str] | None = None) -> str | None:
+                    reasoning: tuple[str, str] | None = None, endless: bool = False) -> str | None:
     """The one grammar for a chat request, or None.
 
     Precedence: a forced tool choice (required / named) wins, since that turn's output is
     the call, not the final answer; otherwise raw `grammar`, `response_format` or Ollama
     `format`. Raw `grammar` together with a forced tool choice or a structured format is
     contradictory -> 400. `reasoning` (open, close) lets thinking models think first; it is
-    not applied to raw grammars, which the user controls completely.
+    not applied to raw grammars, which the user controls completely. Strict tools under
+    tool_choice 'auto' hold a call's arguments to the schema (`strict_tools_grammar`;
+    `endless` asks for its variant that never completes, for ignore_eos).
     """
     forced = tool_choice is not None and tool_choice.forced
+    strict_auto = (tool_choice is not None and tool_choice.mode == "auto" and any(t.strict for t in tools))
     structured = response_format_grammar(response_format, reasoning=reasoning) if response_format is not None else None
     if ollama_format not in (None, ""):
         structured = ollama_format_grammar(ollama_format, reasoning=reasoning)
     if grammar is not None:
         if forced:
             raise InvalidInput("'grammar' cannot be combined with tool_choice 'required' or a named function",
+                               param="grammar")
+        if strict_auto:  # a strict tool's schema is a grammar too; two grammars do not compose
+            raise InvalidInput("'grammar' cannot be combined with tools whose function has strict: true",
                                param="grammar")
         if structured is not None:
             raise InvalidInput("'grammar' cannot be combined with a JSON response_format/format", param="grammar")
@@ -190,4 +266,21 @@ def request_grammar(*, grammar=None, response_format=None, ollama_format=None, t
         assert tool_choice is not None
         return tool_call_grammar(tools, tool_choice.name if tool_choice.mode == "function" else None,
                                  max_calls=4 if parallel_tool_calls else 1, reasoning=reasoning)
+    if strict_auto:
+        schema = _structured_schema(response_format, ollama_format)
+        return strict_tools_grammar(tools, max_calls=4 if parallel_tool_calls else 1, reasoning=reasoning,
+                                    structured=schema, endless=endless and schema is None)
     return structured
+
+
+def _structured_schema(response_format, ollama_format) -> dict | bool | None:
+    """The JSON schema a structured format asks for (True: any object), or None for text;
+    only called once the format has been validated by building its grammar."""
+    if ollama_format not in (None, ""):
+        return True if ollama_format == "json" else ollama_format
+    if not isinstance(response_format, dict) or response_format.get("type") in (None, "text"):
+        return None
+    if response_format["type"] == "json_object":
+        schema = response_format.get("schema")
+        return True if schema is None else schema
+    return response_format["json_schema"]["schema"]

@@ -50,12 +50,23 @@ class ChatPlan:
             return None
         return ("" if prompt_opens_reasoning(prompt, m) else m.open), m.close
 
-    def grammar(self, prompt: str) -> str | None:
-        """The GBNF constraining this request's output, or None (unconstrained)."""
+    def grammar(self, prompt: str, endless: bool = False) -> str | None:
+        """The GBNF constraining this request's output, or None (unconstrained). `endless`
+        (ignore_eos): the variant that never completes where there is one (`endless_grammar`)."""
         reasoning = self._reasoning(prompt)
-        if reasoning not in self._grammars:
-            self._grammars[reasoning] = _grammar.request_grammar(**self._grammar_args, reasoning=reasoning)
-        return self._grammars[reasoning]
+        key = (reasoning, endless and self.endless_grammar)
+        if key not in self._grammars:
+            self._grammars[key] = _grammar.request_grammar(**self._grammar_args, reasoning=reasoning,
+                                                           endless=key[1])
+        return self._grammars[key]
+
+    @property
+    def endless_grammar(self) -> bool:
+        """Whether this plan's grammar has a variant that never completes, so that it can run
+        with ignore_eos: strict tools under tool_choice 'auto' answering free text."""
+        a = self._grammar_args
+        return (self.tool_choice.mode == "auto" and any(t.strict for t in self.tools) and a["grammar"] is None
+                and a["ollama_format"] in (None, "") and _grammar.response_format_grammar(a["response_format"]) is None)
 
     def output_parser(self, prompt: str) -> ChatOutputParser:
         """A fresh parser for one generated sequence of this request."""

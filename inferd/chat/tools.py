@@ -148,7 +148,8 @@ def resolve_tool_choice(tool_choice, specs: list[ToolSpec], param: str = "tool_c
             raise InvalidInput("tool_choice 'required' needs at least one tool in 'tools'", param=param)
         if tool_choice == "auto" and not specs:
             return ToolChoice("none")
-        return ToolChoice("required" if tool_choice == "required" else "none")
+        # an explicit 'auto' is the default with tools (it was read as 'none' before: tools dropped)
+        return ToolChoice("required" if tool_choice == "required" else "auto" if tool_choice == "auto" else "none")
     if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
         fn = tool_choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")

@@ -21,5 +21,7 @@ class RuntimeOptions:
     cache_dtype: str = "f16"                     # generator KV cache type (manifest `cache_dtype` wins)
     n_gpu_layers: int = 0                        # layers llama.cpp offloads (0 on a CPU build)
     cache_ram: int = 0                           # generator: bytes of host-RAM prompt cache per model (0: off)
+    mmproj_threads: int | None = None            # vision projector threads (None: `threads`)
+    mmproj_gpu: bool = True                      # projector on the GPU when layers are offloaded
     cache_dir: str | None = None                 # generator: folder of the disk prompt cache (None: off)
     cache_disk_size: int = 2 << 30               # bytes that folder may hold (all models together)

@@ -34,6 +34,7 @@ MiB = 1 << 20
 MAX_REQUEST_MEDIA = 100 * MiB
 MAX_PIXEL_BYTES = 512 * MiB
 PER_SLOT = 16 * MiB
+READ_BATCH = 256 * MiB   # /read's default batch limit (--max-read-batch-bytes)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,16 @@ class MediaLimits:
     fetch_timeout: float = 10.0
     data_dir: Path = Path("~/.inferd")
     wait_timeout: float = 60.0
+    # /read (spec 003): each image may bring per_image_bytes (the configured download limit),
+    # and the request min(per_image_bytes x images, read_batch_bytes, 16 MiB x a positive
+    # --max-concurrent-requests) in all.
+    per_image_bytes: int = MAX_REQUEST_MEDIA
+    read_batch_bytes: int = READ_BATCH
+    slots: int = 0
+
+    def read_budget(self, n_images: int) -> int:
+        budget = min(self.per_image_bytes * max(1, n_images), self.read_batch_bytes)
+        return min(budget, PER_SLOT * self.slots) if self.slots > 0 else budget
 
     @classmethod
     def from_settings(cls, s: Any) -> "MediaLimits":
@@ -57,7 +68,8 @@ class MediaLimits:
         return cls(request_bytes=req, pixel_bytes=pix, max_dimension=int(s.max_image_dimension),
                    allow_remote=bool(s.allow_remote_media), allow_private=bool(s.allow_private_media_urls),
                    fetch_timeout=float(s.media_fetch_timeout), data_dir=Path(s.data_dir).expanduser(),
-                   wait_timeout=float(s.queue_timeout))
+                   wait_timeout=float(s.queue_timeout), per_image_bytes=int(s.max_media_bytes),
+                   read_batch_bytes=int(getattr(s, "max_read_batch_bytes", READ_BATCH)), slots=conc)
 
 
 @dataclass
@@ -89,12 +101,13 @@ class MediaAdmission:
         self._freed: asyncio.Event | None = None
         self.refused = 0
 
-    def weight(self, refs: Sequence[MediaRef], per_two_images: bool = False) -> int:
+    def weight(self, refs: Sequence[MediaRef], per_two_images: bool = False, budget: int | None = None) -> int:
         """Capacity units a request with these images takes (Admission.slot weight): one per
         16 MiB of the bytes it may bring (inline data by its size; files and remote URLs by
         what is left of the request's budget, since that is what they may read), and for
-        /read at least one per two images."""
-        budget = self.limits.request_bytes
+        /read at least one per two images. `budget`: the request's byte budget when it is not
+        the default one (/read's)."""
+        budget = self.limits.request_bytes if budget is None else budget
         inline = sum(r.inline_bytes for r in refs)
         potential = min(budget, inline + (budget - inline if any(r.kind != "data" for r in refs) else 0))
         units = -(-potential // PER_SLOT)
@@ -103,12 +116,17 @@ class MediaAdmission:
         return max(1, units)
 
     # ---- bytes --------------------------------------------------------------------------------
-    async def _fetch(self, refs: Sequence[MediaRef], per_item: bool) -> tuple[list[Any], int]:
+    async def _fetch(self, refs: Sequence[MediaRef], per_item: bool, budget: int | None = None,
+                     per_image: int | None = None) -> tuple[list[Any], int]:
         lim = self.limits
         out: list[Any] = [None] * len(refs)
-        budget = lim.request_bytes
+        budget = lim.request_bytes if budget is None else budget
         if refs and budget <= 0:
             raise PayloadTooLarge("media inputs are disabled on this server (--max-media-bytes 0)")
+        for r in refs:
+            if per_image is not None and r.inline_bytes > per_image:
+                raise PayloadTooLarge(f"{r.where}: image of {r.inline_bytes} bytes exceeds the per-image limit "
+                                      f"of {per_image} bytes (--max-media-bytes)")
         inline = sum(r.inline_bytes for r in refs)
         if inline > budget:  # decided before a byte of base64 is decoded
             raise PayloadTooLarge(f"the request's images ({inline} bytes) exceed its media budget of {budget} bytes")
@@ -120,6 +138,9 @@ class MediaAdmission:
                     out[i] = await _maybe_thread(sources.read_data, r, big=r.inline_bytes > 1 * MiB)
                 elif r.kind == "file":
                     path, size = sources.file_path(lim.data_dir, r.payload, r.where)
+                    if per_image is not None and size > per_image:
+                        raise PayloadTooLarge(f"{r.where}: file of {size} bytes exceeds the per-image limit of "
+                                              f"{per_image} bytes (--max-media-bytes)")
                     if size > left:
                         raise PayloadTooLarge(f"{r.where}: file of {size} bytes exceeds the request's remaining "
                                               f"media budget of {left} bytes")
@@ -129,7 +150,8 @@ class MediaAdmission:
                     if not lim.allow_remote:
                         raise InvalidInput(f"{r.where}: remote image URLs are disabled; send a data: URI or a "
                                            "file id, or start the server with --allow-remote-media", r.where)
-                    out[i] = await sources.fetch_url(r.payload, left, timeout=lim.fetch_timeout,
+                    cap = left if per_image is None else min(left, per_image)
+                    out[i] = await sources.fetch_url(r.payload, cap, timeout=lim.fetch_timeout,
                                                      allow_private=lim.allow_private, where=r.where)
                     left -= len(out[i])
             except PayloadTooLarge:
@@ -150,9 +172,12 @@ class MediaAdmission:
         return Admitted(ref, data, h)
 
     @contextlib.asynccontextmanager
-    async def admit(self, refs: Sequence[MediaRef], per_item: bool = False) -> AsyncIterator[Grant]:
-        """Fetch, check and reserve `refs`; the reservation lasts until the block ends."""
-        raw, nbytes = await self._fetch(refs, per_item)
+    async def admit(self, refs: Sequence[MediaRef], per_item: bool = False, budget: int | None = None,
+                    per_image: int | None = None) -> AsyncIterator[Grant]:
+        """Fetch, check and reserve `refs`; the reservation lasts until the block ends.
+        `budget`/`per_image`: the request's and each image's byte limits where they are not
+        the default ones (/read: `MediaLimits.read_budget`)."""
+        raw, nbytes = await self._fetch(refs, per_item, budget, per_image)
         grant = Grant(media_bytes=nbytes)
         for r, data in zip(refs, raw):
             if isinstance(data, InferdError):

@@ -52,6 +52,9 @@ from inferd.text.chunking import FixedConfig
 from inferd.types import GenerateRequest, Generation, LoraRef
 
 
+UNBOUNDED = 10**9  # admission units: more than any machine runs at once
+
+
 class InferenceService:
     def __init__(self, settings: Settings, registry: Registry, admission: Admission,
                  problems: list[str] | None = None, metrics: Metrics | None = None):
@@ -72,6 +75,7 @@ class InferenceService:
         self.media = MediaAdmission(MediaLimits.from_settings(settings))
         self.generation = GenerationService(self.catalog, registry, admission, self.lora, self.metrics, self.media,
                                             PrepPool(settings.prep_threads), settings.reasoning_budget)
+        self.generation.ignore_images_without_projector = settings.ignore_images_without_projector
         self.encoders = EncoderService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.chunking = ChunkingService(self.catalog, admission, self.encoders)
         self.tabular = TabularService(self.catalog, registry, admission)
@@ -89,7 +93,8 @@ class InferenceService:
         found = discover_all(settings)
         registry = Registry.build(found.specs, Loaders(runtime_options(settings)), keep_alive=settings.keep_alive,
                                   max_loaded=settings.max_loaded_models, max_memory=settings.max_memory)
-        admission = Admission(settings.max_concurrent_requests, settings.max_queued_requests,
+        # max_concurrent_requests 0: unbounded (the spec's admission.inference setting)
+        admission = Admission(settings.max_concurrent_requests or UNBOUNDED, settings.max_queued_requests,
                               settings.queue_timeout)
         return cls(settings, registry, admission, problems=found.problems)
 

@@ -23,7 +23,7 @@ def available_backends() -> dict[str, bool]:
         return importlib.util.find_spec(m) is not None
 
     return {"llama_cpp": has("llama_cpp"), "onnx": has("onnxruntime"), "ctranslate2": has("ctranslate2"),
-            "native": True, "cuda": False, "metal": False}
+            "native": True, "cuda": False, "metal": False, "xla": False, "wasm": False}
 
 
 def _check_predictor(path: Any) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from inferd.service.lora import LoraService
 from inferd.service.mailbox import LoopMailbox
 from inferd.service.speculation import check_controls, loads_a_draft, plan_speculation
 from inferd.service.prep import PrepPool, cancel_flag, checkpoint
-from inferd.service.vision import image_refs, require_vision, to_images, with_markers
+from inferd.service.vision import image_refs, require_vision, to_images, with_markers, without_images
 from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob, Usage, total_usage
 
 log = logging.getLogger("inferd.generation")
@@ -189,9 +189,10 @@ def _prepare(rt: GeneratorRuntime, req: GenerateRequest, images: list[Image] | N
         raise InvalidInput(f"id_slot {slot} does not exist: model '{req.model}' has {n_seq} slots "
                            f"(0 to {n_seq - 1}, or -1 for any)", "id_slot")
     if plan is not None:
-        grammar = plan.grammar(text)  # checked by the plan (raw GBNF) or built valid (schemas)
+        grammar = plan.grammar(text, endless=sampling.ignore_eos)  # checked (raw GBNF) or built valid
         if grammar is not None:
-            sampling = dataclasses.replace(sampling, grammar=grammar)
+            sampling = dataclasses.replace(sampling, grammar=grammar,
+                                           grammar_endless=sampling.ignore_eos and plan.endless_grammar)
     checkpoint()
     if sampling.grammar is not None:
         # llama.cpp aborts the process on grammars no token of this vocabulary can follow
@@ -309,6 +310,9 @@ class GenerationService:
         self.prep = prep or PrepPool(4)  # templates, tokenizing, grammars: bounded, cancellable
         self.media = media  # image budgets (scheduling/media.py); None: images are refused
         self.streams: set[GenerationStream] = set()  # running generations, for /stop
+        # openai-server's behaviour (--ignore-images-without-projector): image parts sent to a
+        # model without a projector are dropped with a warning instead of the 400
+        self.ignore_images_without_projector = False
 
     def spec(self, model: str | None) -> ModelSpec:
         """An omitted model means the only generator; with several it must be named."""
@@ -328,6 +332,10 @@ class GenerationService:
         spec = self.spec(req.model)
         req.model = spec.name
         refs = image_refs(req.messages)
+        if refs and self.ignore_images_without_projector and "vision" not in spec.capabilities:
+            log.warning("model '%s' has no vision projector: ignoring %d image part(s) of the request",
+                        spec.name, len(refs))
+            req.messages, refs = without_images(req.messages or []), []
         require_vision(spec, refs)  # 400 naming the capability, before any work
         stack = contextlib.AsyncExitStack()
         images: list[Image] = []

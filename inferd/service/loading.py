@@ -37,6 +37,7 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
                           prefer_quantized=settings.prefer_quantized, n_ctx=settings.ctx_size,
                           cache_dtype=settings.cache_dtype, n_gpu_layers=settings.n_gpu_layers,
                           cache_ram=settings.cache_ram * 1024 * 1024,
+                          mmproj_threads=settings.mmproj_n_threads, mmproj_gpu=settings.mmproj_gpu,
                           cache_dir=str(settings.cache_dir) if settings.cache_dir else None,
                           cache_disk_size=settings.cache_disk_size,
                           # a full engine queue is a 503, never unbounded memory

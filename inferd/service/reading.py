@@ -1,9 +1,11 @@
 """ReadingService: `/ai/v1/read`, OCR and document understanding on reader models.
 
-Order of checks (each before anything more expensive): the served name (404 unknown, 400
-wrong kind or unsupported architecture) and the request's own limits (400); a capacity slot
-(503 when overloaded, nothing fetched); media admission (bytes, headers, pixels: 400/413,
-scheduling/media.py); decoding; only then the model is loaded and the images join its batcher,
+Order of checks (each before anything more expensive): the request's own limits (400); a
+capacity slot (503 when overloaded, nothing looked up or fetched: the spec puts admission
+before model resolution); the served name (404 unknown, 400 wrong kind or unsupported
+architecture); media admission (bytes: each image at most --max-media-bytes, the request at
+most min(that x images, --max-read-batch-bytes, 16 MiB x --max-concurrent-requests);
+headers, pixels: 400/413, scheduling/media.py); decoding; only then the model is loaded and the images join its batcher,
 where they share batches with other requests' images."""
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ class ReadingService:
 
     async def read(self, model: str | None, refs: Sequence[MediaRef], prompt: str | None = None,
                    max_tokens: int = 256, keep_alive: float | None = None) -> ReadResult:
-        spec = self.spec_for(model)
         if not refs:
             raise InvalidInput("'images' must hold at least one image", "images")
         if len(refs) > MAX_IMAGES:
@@ -68,8 +69,12 @@ class ReadingService:
             raise InvalidInput(f"prompt is longer than {MAX_PROMPT_CHARS} characters", "prompt")
         if prompt is not None and not prompt.strip():
             prompt = None
-        async with self.admission.slot(self.media.weight(refs, per_two_images=True)):
-            async with self.media.admit(refs) as grant:
+        budget = self.media.limits.read_budget(len(refs))
+        # Admission before model resolution (spec 003): an overloaded server answers 503
+        # without looking the model up, fetching or loading anything.
+        async with self.admission.slot(self.media.weight(refs, per_two_images=True, budget=budget)):
+            spec = self.spec_for(model)
+            async with self.media.admit(refs, budget=budget, per_image=self.media.limits.per_image_bytes) as grant:
                 images = await decode_all(grant)
                 for x in images:
                     if isinstance(x, InferdError):

@@ -65,6 +65,17 @@ def require_vision(spec: ModelSpec, refs: Sequence[MediaRef]) -> None:
                                 "(an mmproj-*.gguf beside its weights, or --mmproj)")
 
 
+def without_images(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with their image parts left out (openai-server, a model without a projector)."""
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            m = {**m, "content": [p for p in content if not (isinstance(p, dict) and p.get("type") in IMAGE_PARTS)]}
+        out.append(m)
+    return out
+
+
 def with_markers(messages: Sequence[dict[str, Any]], marker: str) -> list[dict[str, Any]]:
     """The messages with each image part replaced by a text part holding the media marker."""
     out = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import JSONResponse, Response
 
 from inferd.api.deps import get_service
@@ -39,6 +39,13 @@ class EmbedRequest(BaseModel):
     task_type: str | None = None
     input_type: str | None = None  # deprecated alias of task_type
     error_policy: Literal["fail_fast", "per_item"] = "fail_fast"
+
+    @field_validator("dimensions", mode="before")
+    @classmethod
+    def _zero_is_unset(cls, v: Any) -> Any:
+        # The spec's example sends `dimensions: 0`: Go clients send a struct's zero value for
+        # a field they did not set, so 0 is "the model's own size", as if omitted.
+        return None if v == 0 and not isinstance(v, bool) else v
 
 
 class RerankRequest(BaseModel):
@@ -104,17 +111,22 @@ def task_of(req: EmbedRequest) -> str | None:
     return req.task_type or req.input_type
 
 
-def _item_error(index: int, e: InferdError) -> dict[str, Any]:
-    stage = "validate" if isinstance(e, (InvalidInput, CapabilityMissing)) else "inference"
+def _item_error(index: int, e: InferdError, parsed: bool = True) -> dict[str, Any]:
+    # parse: the item itself could not be read (a malformed image reference or data URI);
+    # validate: it was read but the model cannot take it; inference: the run failed.
+    stage = ("parse" if not parsed else
+             "validate" if isinstance(e, (InvalidInput, CapabilityMissing)) else "inference")
     return {"index": index, **item_error(e), "stage": stage, "status": classify(e)[0]}
 
 
-def embeddings_response(r: EmbedResult, items: list[Any], encoding_format: str, per_item: bool) -> dict[str, Any]:
+def embeddings_response(r: EmbedResult, items: list[Any], encoding_format: str, per_item: bool,
+                        unparsed: frozenset[int] = frozenset()) -> dict[str, Any]:
+    """`unparsed`: the indexes whose item failed to parse (embed_inputs' errors)."""
     check_format(r.sparse, encoding_format)
     data, errors = [], []
     for i, v in enumerate(items):
         if isinstance(v, InferdError):
-            errors.append(_item_error(i, v))
+            errors.append(_item_error(i, v, parsed=i not in unparsed))
         else:
             data.append({"object": "embedding", "index": i, "embedding": vector(v, encoding_format)})
     out: dict[str, Any] = {"object": "list", "data": data, "model": r.model,
@@ -155,9 +167,11 @@ router = APIRouter(prefix="/ai/v1")
 @router.post("/embeddings")
 async def embeddings(req: EmbedRequest, request: Request, svc: InferenceService = Depends(get_service)) -> Response:
     per_item = req.error_policy == "per_item"
-    r = await cancel_on_disconnect(request, svc.embed(req.model, embed_inputs(req), task=task_of(req),
+    inputs = embed_inputs(req)
+    unparsed = frozenset(i for i, x in enumerate(inputs) if isinstance(x, InferdError))
+    r = await cancel_on_disconnect(request, svc.embed(req.model, inputs, task=task_of(req),
                                                       dimensions=req.dimensions, per_item=per_item))
-    return FastJSONResponse(embeddings_response(r, r.items, req.encoding_format, per_item))
+    return FastJSONResponse(embeddings_response(r, r.items, req.encoding_format, per_item, unparsed))
 
 
 @router.post("/rerank")

@@ -185,14 +185,18 @@ def _scored(d: dict[str, Any], score: float, opts: ExtractOptions) -> dict[str, 
     return d
 
 
-def item(index: int, id_: Any, x: ExtractItem, opts: ExtractOptions) -> dict[str, Any]:
-    return {"id": str(index) if id_ is None else str(id_), "index": index,
+def item(index: int, id_: Any, x: ExtractItem, opts: ExtractOptions,
+         metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = {"id": str(index) if id_ is None else str(id_), "index": index,
             "entities": [_entity(e, opts) for e in x.entities],
             "relations": [_scored({"type": r.type, "source": {"entity_index": r.source},
                                    "target": {"entity_index": r.target}}, r.score, opts) for r in x.relations],
             "classifications": [_scored({"name": c.name, "label": c.label}, c.score, opts)
                                 for c in x.classifications],
             "structures": x.structures}
+    if metadata is not None:  # the caller's own fields for this input, returned as given
+        out["metadata"] = metadata
+    return out
 
 
 def extract_response(req: ExtractRequest, r: Any, per_item: bool) -> dict[str, Any]:
@@ -203,7 +207,7 @@ def extract_response(req: ExtractRequest, r: Any, per_item: bool) -> dict[str, A
         if isinstance(x, InferdError):
             errors.append(_item_error(i, x))
         else:
-            data.append(item(i, req.inputs[i].id, x, opts))
+            data.append(item(i, req.inputs[i].id, x, opts, req.inputs[i].metadata))
     out: dict[str, Any] = {"object": "extraction", "model": r.model, "data": data,
                            "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                                      "total_tokens": r.prompt_tokens + r.completion_tokens}}

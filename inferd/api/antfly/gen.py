@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inferd.api import errors
 from inferd.api.deps import get_service
@@ -33,10 +33,35 @@ class GenerateBody(ChatCompletionRequest):
     """The OpenAI chat request (which carries the spec's engine controls: API-NOTES.md) plus
     the runtime selection fields. A value inferd cannot honour is refused, never ignored."""
 
-    # runtime selection: inferd has one runtime per model format and no compiled backends
-    backend: Literal["auto", "llama.cpp", "llama_cpp"] = "auto"
+    # Runtime selection. A generator is a GGUF file run by llama.cpp, inferd's native runtime
+    # (`native` and `llama_cpp` in the /ai/v1/models `backends` map); `onnx`, `cuda`, `metal`,
+    # `xla` and `wasm` do not serve generators here, so naming one is a 400 listing these.
+    backend: Literal["auto", "native", "llama.cpp", "llama_cpp"] = "auto"
+    # llama.cpp runs every graph eagerly; there is no compiled mode to ask for.
     mode: Literal["auto", "eager"] = "auto"
-    compiled_target: Literal["none"] | None = None
+    # `partitioned` is how llama.cpp always runs a graph: its backend scheduler splits it by
+    # which device supports each op (all on the CPU in a CPU build). `none`: no compiled target.
+    compiled_target: Literal["none", "partitioned"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zero_values_are_unset(cls, data: Any) -> Any:
+        """The spec's example body sends `top_p: 0` and `repetition_penalty: 0` (Go clients
+        send a struct's zero value for a field they did not set); neither is a usable value
+        (top_p 0 keeps no token, a penalty of 0 divides by zero), so both read as unset. An
+        empty `grammar` or `draft_model` string is unset the same way."""
+        if isinstance(data, dict):
+            zeros = {k for k in _ZERO_UNSET if k in data and _is_zero(data[k])}
+            if zeros:
+                data = {k: v for k, v in data.items() if k not in zeros}
+        return data
+
+
+_ZERO_UNSET = ("top_p", "repetition_penalty", "repeat_penalty", "grammar", "draft_model")
+
+
+def _is_zero(v: Any) -> bool:
+    return v == "" if isinstance(v, str) else (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0)
 
 
 class BatchItem(BaseModel):

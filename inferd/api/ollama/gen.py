@@ -263,8 +263,7 @@ async def chat_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
                      "message": _message(d.text, d.reasoning, d.tool_calls), "done": False}
             if want_lp:
                 chunk["logprobs"], held = logprobs(held), []
-            if first and d.usage is not None:
-                chunk["ttft"] = round(d.usage.ttft, 6)
+            _progress(chunk, d.usage, first)
             first = False
             yield chunk
         if d.finish_reason:
@@ -272,6 +271,16 @@ async def chat_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
                      "message": {"role": "assistant", "content": ""}, "done": True,
                      "done_reason": _done_reason(d.finish_reason), **stats(d.usage or Usage())}
             yield _lp(final, held if want_lp and held else None)
+
+
+def _progress(chunk: dict[str, Any], u: Usage | None, first: bool) -> None:
+    """GenAIServer's stream extensions in Ollama's words: ttft once, then tps and the tokens
+    generated so far (eval_count) in every chunk."""
+    if u is not None:
+        if first:
+            chunk["ttft"] = round(u.ttft, 6)
+        chunk["tps"] = round(u.tps, 3)
+        chunk["eval_count"] = u.completion_tokens
 
 
 async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
@@ -287,8 +296,7 @@ async def generate_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
             if want_lp:
                 chunk["logprobs"], held = logprobs(held), []
             chunk["done"] = False
-            if first and d.usage is not None:
-                chunk["ttft"] = round(d.usage.ttft, 6)
+            _progress(chunk, d.usage, first)
             first = False
             yield chunk
         if d.finish_reason:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import re
+import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -108,9 +109,12 @@ def verbose_body(t: Transcription, words: bool) -> dict[str, Any]:
 
 
 def _segment(i: int, s: Segment) -> dict[str, Any]:
-    return {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
-            "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": round(s.avg_logprob, 6),
-            "compression_ratio": round(s.compression_ratio, 6), "no_speech_prob": round(s.no_speech_prob, 6)}
+    out = {"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
+           "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": round(s.avg_logprob, 6),
+           "compression_ratio": round(s.compression_ratio, 6), "no_speech_prob": round(s.no_speech_prob, 6)}
+    if s.confidence is not None:  # GenAIServer's ASR confidence probe, when the model gives one
+        out["confidence"] = round(s.confidence, 6)
+    return out
 
 
 def _stamp(seconds: float, sep: str) -> str:
@@ -131,14 +135,41 @@ def vtt(t: Transcription) -> str:
                                   for s in t.segments)
 
 
-def delta_event(text: str) -> dict[str, Any]:
-    return {"type": "transcript.text.delta", "delta": text}
+def delta_event(text: str, timing: dict[str, float] | None = None, confidence: float | None = None) -> dict[str, Any]:
+    """`timing`: GenAIServer's stream extensions (ttft once, then tps), see `_Clock`."""
+    out: dict[str, Any] = {"type": "transcript.text.delta", "delta": text, **(timing or {})}
+    if confidence is not None:
+        out["confidence"] = round(confidence, 6)
+    return out
 
 
-def done_event(t: Transcription) -> dict[str, Any]:
+def done_event(t: Transcription, timing: dict[str, float] | None = None) -> dict[str, Any]:
     return {"type": "transcript.text.done", "text": t.text, "language": t.language,
             "language_probability": round(t.language_probability, 6), "duration": round(t.duration, 3),
-            "usage": {"type": "tokens", "input_tokens": 0, "output_tokens": t.tokens, "total_tokens": t.tokens}}
+            "usage": {"type": "tokens", "input_tokens": 0, "output_tokens": t.tokens, "total_tokens": t.tokens},
+            **(timing or {})}
+
+
+class _Clock:
+    """ttft (seconds from the request's stream opening to its first text) and tps (tokens
+    decoded per second since then), as GenAIServer's audio streams send them."""
+
+    def __init__(self) -> None:
+        self.t0, self.t_first, self.tokens = time.perf_counter(), 0.0, 0
+
+    def tick(self, tokens: int, first: bool) -> dict[str, float]:
+        now = time.perf_counter()
+        self.tokens += tokens
+        if first:
+            self.t_first = now
+            return {"ttft": round(now - self.t0, 6), "tps": 0.0}
+        return {"tps": round(self.tokens / max(now - self.t_first, 1e-6), 3)}
+
+    def final(self) -> dict[str, float]:
+        now = time.perf_counter()
+        ttft = (self.t_first or now) - self.t0
+        return {"ttft": round(ttft, 6), "tps": round(self.tokens / max(now - (self.t_first or now), 1e-6), 3)
+                if self.t_first else 0.0}
 
 
 # ---- routes --------------------------------------------------------------------------
@@ -202,14 +233,16 @@ async def _read_file(request: Request, item: Any, limit: int) -> bytes:
 async def _stream(svc: InferenceService, req) -> Response:
     stream = await svc.speech.open(req)  # request errors are a normal error response, before any byte
 
+    clock = _Clock()
+
     async def frames():
         first = True
         async for segments in stream.windows():
             for s in segments:
                 text = s.text.lstrip() if first else s.text
                 if text:
+                    yield delta_event(text, clock.tick(len(s.tokens), first), s.confidence)
                     first = False
-                    yield delta_event(text)
-        yield done_event(stream.result())
+        yield done_event(stream.result(), clock.final())
 
     return sse_response(frames(), stream.aclose)

@@ -16,6 +16,19 @@ def model_entry(spec: ModelSpec, created: int, extra: dict[str, Any] | None = No
             "kind": spec.kind.value, "capabilities": sorted(spec.capabilities), **(extra or {})}
 
 
+def model_meta(header: dict[str, Any], n_ctx: int | None = None) -> dict[str, Any]:
+    """llama-server's `meta` of a /v1/models entry, from a GGUF header: the trained context
+    (`n_ctx_train`), the embedding size (`n_embd`), the vocabulary, and once the model is
+    loaded the context each slot has (`n_ctx`). {} without a header."""
+    arch = header.get("general.architecture")
+    if not arch:
+        return {}
+    tokens = header.get("tokenizer.ggml.tokens")
+    meta = {"n_ctx_train": header.get(f"{arch}.context_length"), "n_embd": header.get(f"{arch}.embedding_length"),
+            "n_vocab": len(tokens) if isinstance(tokens, list) else None, "n_ctx": n_ctx}
+    return {"meta": {k: v for k, v in meta.items() if v is not None}}
+
+
 def adapter_entry(name: str, base: ModelSpec, created: int) -> dict[str, Any]:
     """A LoRA adapter served as `base:adapter` (vLLM lists its adapters with `parent`)."""
     return {"id": name, "object": "model", "created": created, "owned_by": "inferd", "kind": base.kind.value,

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from inferd.api.anthropic import models as anthropic_models
 from inferd.api.deps import get_service
 from inferd.api.openai import convert
 from inferd.errors import ModelNotFound
-from inferd.models import ModelKind
+from inferd.models import ModelKind, ModelSpec
 from inferd.service import InferenceService
 
 router = APIRouter()
+
+
+def _meta(svc: InferenceService, spec: ModelSpec) -> dict[str, Any]:
+    """Context size and embedding dimensions (openai-server lists them): a GGUF model's
+    header (cached), the slot context of a loaded generator. Blocking: called in a thread."""
+    if spec.format != "gguf":
+        return {}
+    loaded = svc.registry.loaded.get(spec.name)
+    backend = getattr(getattr(loaded, "model", None), "backend", None)
+    return convert.model_meta(svc.models_mgr.gguf_metadata(spec), getattr(backend, "n_ctx_seq", None))
 
 
 @router.get("/v1/models")
@@ -21,7 +34,9 @@ async def list_models(request: Request, limit: int = Query(20), after_id: str | 
     if anthropic_models.wants_anthropic(request):  # the Anthropic SDK: its page of generators
         return anthropic_models.model_page(svc.models(ModelKind.GENERATOR), int(svc.started_at), limit, after_id,
                                            before_id)
-    out = convert.model_list(svc.models(*convert.OPENAI_KINDS), int(svc.started_at), svc.lora_info)
+    specs = svc.models(*convert.OPENAI_KINDS)
+    meta = await asyncio.to_thread(lambda: {s.name: _meta(svc, s) for s in specs})
+    out = convert.model_list(specs, int(svc.started_at), lambda s: {**svc.lora_info(s), **meta[s.name]})
     out["data"] += [convert.adapter_entry(name, spec, int(svc.started_at)) for name, spec in svc.adapter_models()]
     return out
 
@@ -36,4 +51,5 @@ async def get_model(model_id: str, request: Request, svc: InferenceService = Dep
     if adapter is not None:  # `base:adapter`, a LoRA served under its own name
         return convert.adapter_entry(model_id, adapter, int(svc.started_at))
     spec = svc.resolve_served(model_id, *convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
-    return convert.model_entry(spec, int(svc.started_at), svc.lora_info(spec))
+    meta = await asyncio.to_thread(_meta, svc, spec)
+    return convert.model_entry(spec, int(svc.started_at), {**svc.lora_info(spec), **meta})

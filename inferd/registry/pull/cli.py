@@ -8,6 +8,7 @@ folder on stdout, for scripts."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
 from collections.abc import Sequence
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import InferdError
+
+log = logging.getLogger("inferd")
 
 
 def _chooser(interactive: bool):
@@ -152,11 +155,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_pull)
 
 
-def add_serve_flags(p: argparse.ArgumentParser) -> None:
+def register_aliases(sub: argparse._SubParsersAction) -> None:
+    """openai-server's command forms, as aliases of `inferd serve`: `inferd local PATH` is
+    `serve --gguf PATH` and `inferd hf-model REPO [QUANT|FILE]` is `serve --hf REPO[:QUANT]`.
+    Every serve flag is accepted after the positional arguments."""
+    from inferd.cli import _add_settings_flags, _serve_flags
+
+    def serve_parser(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        _add_settings_flags(p)
+        _serve_flags(p)
+        add_serve_flags(p, with_model=False)
+        return p
+
+    p = serve_parser("local", "serve a local GGUF file (as `serve --gguf PATH`)")
+    p.add_argument("gguf", metavar="PATH", help="the GGUF file")
+    p.set_defaults(func=_serve_alias)
+    p = serve_parser("hf-model", "download a Hub GGUF repo if needed and serve it (as `serve --hf`)")
+    p.add_argument("repo", metavar="REPO", help="org/repo on the Hugging Face Hub")
+    p.add_argument("quant", metavar="QUANT|FILE", nargs="?",
+                   help="a quantization (Q4_K_M) or an exact .gguf file name; omitted: asked in a terminal, "
+                        "else the best one")
+    p.set_defaults(func=_serve_alias)
+
+
+def _serve_alias(ns: argparse.Namespace) -> int:
+    from inferd.cli import cmd_serve
+
+    if getattr(ns, "repo", None):
+        ns.hf = f"{ns.repo}:{ns.quant}" if ns.quant else ns.repo
+    return cmd_serve(ns)
+
+
+def add_serve_flags(p: argparse.ArgumentParser, with_model: bool = True) -> None:
     a = p.add_argument
-    a("--hf", metavar="REPO[:QUANT]", help="download this Hub model first (if not here yet), then serve")
-    a("--gguf", metavar="PATH", help="serve this local GGUF file as a generator named after it")
-    a("--print-path", action="store_true", help="with --hf or --gguf: print the model path and exit")
+    if with_model:
+        a("--hf", metavar="REPO[:QUANT]", help="download this Hub model first (if not here yet), then serve")
+        a("--gguf", metavar="PATH", help="serve this local GGUF file as a generator named after it "
+                                         "(an mmproj-*.gguf beside it is its vision projector, unless --mmproj)")
+    a("--print-path", action="store_true", help="print the model path and exit (for scripts)")
     a("--allow-downloads", action="store_const", const=True, default=None,
       help="a request naming hf.co/REPO:QUANT (or a repo id) not here yet downloads it; "
            "/api/pull works only with it")
@@ -203,6 +240,12 @@ def prepare_serve(ns: argparse.Namespace, settings: Any) -> int | None:
             print(f"inferd serve --gguf: no such file {path}", file=sys.stderr)
             return 2
         stem = path.name[: -len(".gguf")] if path.name.endswith(".gguf") else path.stem
+        if not settings.mmproj and not settings.models:
+            # openai-server: without --mmproj, a projector in the model's folder is used
+            beside = sorted(p for p in path.parent.glob("mmproj*.gguf") if p != path)
+            if beside:
+                log.info("using the vision projector %s beside %s", beside[0], path.name)
+                settings.mmproj.append(str(beside[0]))
         settings.models.append(f"generator:{stem.split('-00001-of-')[0]}={path}")
     if getattr(ns, "print_path", False):
         if path is None:

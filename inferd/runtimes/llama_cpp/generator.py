@@ -47,7 +47,8 @@ def resolve_gguf(spec: ModelSpec) -> Path:
 class LlamaGenerator:
     def __init__(self, spec: ModelSpec, n_seq: int = 4, n_threads: int | None = None,
                  n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH, mmproj: Path | None = None,
-                 cache_dtype: str = "f16", n_gpu_layers: int = 0):
+                 cache_dtype: str = "f16", n_gpu_layers: int = 0, mmproj_threads: int | None = None,
+                 mmproj_gpu: bool = True):
         self.spec, self.name = spec, spec.name
         self.size_bytes = 0  # weights + KV cache, estimated below (the registry's memory budget)
         if cache_dtype not in KV_TYPES:
@@ -74,7 +75,9 @@ class LlamaGenerator:
             self.ctx = LlamaContext(self.model, cfg)
             self.projector: Projector | None = None
             if mmproj is not None:  # images in prompts (vision.py)
-                self.projector = Projector(mmproj, self.model, cfg.n_threads)
+                # on the GPU only when the model's layers are (a CPU build has none: both stay here)
+                self.projector = Projector(mmproj, self.model, mmproj_threads or cfg.n_threads,
+                                           use_gpu=mmproj_gpu and n_gpu_layers != 0)
         except BaseException:
             if getattr(self, "ctx", None) is not None:
                 self.ctx.close()
@@ -308,6 +311,7 @@ def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> 
     try:
         return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch,
                               mmproj=Path(mmproj) if mmproj else None, cache_dtype=dtype,
-                              n_gpu_layers=opts.n_gpu_layers)
+                              n_gpu_layers=opts.n_gpu_layers, mmproj_threads=opts.mmproj_threads,
+                              mmproj_gpu=opts.mmproj_gpu)
     except InvalidInput as e:
         raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e

@@ -100,7 +100,7 @@ class Sampler:
         if not (0 <= p.top_logprobs <= MAX_TOP_LOGPROBS):
             raise InvalidInput(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}", "top_logprobs")
         model.check_tokens(list(p.logit_bias), "logit_bias")
-        if p.grammar is not None and p.ignore_eos:
+        if p.grammar is not None and p.ignore_eos and not p.grammar_endless:
             # Once the grammar is complete only end-of-generation may follow; banning it leaves
             # llama.cpp's grammar nothing to accept, and it aborts the process.
             raise InvalidInput("ignore_eos cannot be combined with a grammar", "ignore_eos")

@@ -64,14 +64,15 @@ def placeholders(digest: str, n: int) -> list[int]:
 
 
 class Projector:
-    def __init__(self, path: Path, model: LlamaModel, n_threads: int):
+    def __init__(self, path: Path, model: LlamaModel, n_threads: int, use_gpu: bool = False):
         from llama_cpp import mtmd_cpp as M
 
         self.M, self.path, self.model = M, Path(path), model
         _quiet_mtmd()
         p = M.mtmd_context_params_default()
-        p.use_gpu = False
+        p.use_gpu = use_gpu
         p.n_threads = n_threads
+        self.n_threads, self.use_gpu = n_threads, use_gpu
         p.print_timings = False
         p.warmup = False
         ctx = M.mtmd_init_from_file(str(self.path).encode(), model.ptr, p)

@@ -60,6 +60,9 @@ class Segment:
     no_speech_prob: float = 0.0
     seek: int = 0
     words: list[Word] | None = None
+    # GenAIServer's ASR confidence probe, where the decoder gives one: Whisper's mean token
+    # probability, exp(avg_logprob). None: the runtime has no such measure (CTC here).
+    confidence: float | None = None
 
 
 @dataclass

@@ -111,7 +111,8 @@ class WhisperRuntime:
                         continue
                     res.segments.append(Segment(start=s["start"], end=s["end"], text=text, tokens=s["tokens"],
                                                 temperature=temperature, avg_logprob=float(avg_logprob),
-                                                compression_ratio=ratio, no_speech_prob=no_speech, seek=seek))
+                                                compression_ratio=ratio, no_speech_prob=no_speech, seek=seek,
+                                                confidence=float(np.exp(avg_logprob))))
             out.append(res)
         if opts.word_timestamps:
             self._add_words(chunks, enc, out, frames, opts.task)
