@@ -17,7 +17,8 @@ from tests.server import serve
 CHROMIUM = os.environ.get("INFERD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAGES = ["chat", "embeddings", "rerank", "chunking", "tabular", "models"]
+PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "tabular", "files",
+         "models"]
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +118,10 @@ def test_chat_streams_tokens_into_the_page_and_stop_ends_the_generation(web, srv
     page.reload()
     page.wait_for_selector(".msg.assistant >> nth=1")
     assert page.locator(".msg").count() == 4
-    saved = json.loads(page.evaluate("localStorage.getItem('inferd.chat')"))
-    assert [m["role"] for m in saved["messages"]] == ["user", "assistant", "user", "assistant"]
-    assert saved["messages"][3]["stats"]["finish"] == "stopped"
+    saved = json.loads(page.evaluate("localStorage.getItem('inferd.chats')"))
+    conv = next(c for c in saved["list"] if c["id"] == saved["current"])
+    assert [m["role"] for m in conv["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert conv["messages"][3]["stats"]["finish"] == "stopped" and conv["title"] == "hello there"
     page.click("#chat-clear")
     assert page.locator(".msg").count() == 0
     assert web.errors == []
