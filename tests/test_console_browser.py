@@ -7,6 +7,7 @@ key is asked for once, and a phone-width screen needs no horizontal scrolling.""
 import json
 import math
 import os
+import shutil
 
 import httpx
 import pytest
@@ -37,6 +38,10 @@ def browser():
 def srv(tmp_path_factory):
     root = tmp_path_factory.mktemp("console")
     d = models_dir(root, embedder=True, reranker=True, iris=True)
+    vlm = d / "generators" / "tiny-vlm"  # the tiny llama with the tiny vision projector
+    vlm.mkdir(parents=True)
+    shutil.copy("tests/fixtures/gguf/tiny-llama.gguf", vlm / "model.gguf")
+    shutil.copy("tests/fixtures/gguf/mmproj-tiny.gguf", vlm / "mmproj-tiny.gguf")
     with serve(models_dir=str(d), ml_dir=str(root / "ml"), parallel=2, threads=1) as s:
         yield s
 
@@ -287,4 +292,38 @@ def test_reasoning_is_shown_apart_and_tool_calls_are_rendered(web):
     assert call.startswith("get_weather(") and call.endswith(")")
     args = json.loads(call[len("get_weather("):-1])
     assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+    assert web.errors == []
+
+
+def test_an_attached_image_changes_the_answer_of_the_vision_model(web, tmp_path):
+    from tests.test_vision_http import png
+
+    page = web.go("chat")
+    page.wait_for_selector("#chat-model option[value=tiny-vlm]", state="attached")
+    page.select_option("#chat-model", "tiny-vlm")
+    assert page.inner_text("#chat-model-info") == "takes text and images"
+    page.fill("#chat-max-tokens", "10")
+    page.fill("#chat-temperature", "0")
+    answers = []
+    for seed in (1, 2, None):
+        page.click("#chat-clear")
+        if seed is not None:
+            f = tmp_path / f"img{seed}.png"
+            f.write_bytes(png(seed))
+            page.set_input_files("#chat-attach", str(f))
+            page.wait_for_selector("#chat-attachments img")
+        with page.expect_request("**/v1/chat/completions") as req:
+            page.fill("#chat-input", "what is in the picture?")
+            page.click("#chat-send")
+        parts = req.value.post_data_json["messages"][-1]["content"]
+        if seed is None:
+            assert parts == "what is in the picture?"
+        else:
+            assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+            assert page.locator("#chat-attachments img").count() == 0  # sent, no longer pending
+        page.wait_for_selector(".msg.assistant:not(.streaming) .stats:has-text('finish')")
+        answers.append(page.inner_text(".msg.assistant .content"))
+        if seed is not None:
+            assert page.locator(".msg.user img.attached").count() == 1
+    assert answers[0] != answers[1] and answers[0] != answers[2] and all(answers)
     assert web.errors == []

@@ -221,8 +221,8 @@ export default {
     let catalog = {};
     const showInfo = () => {
       const c = catalog[modelSel.value];
-      modelInfo.textContent = c ? `takes ${(c.inputs || ["text"]).join(", ")}` +
-        ((c.inputs || []).includes("image") ? "" : " (attach images with a vision model)") : "";
+      const vision = c && ((c.inputs || []).includes("image") || (c.capabilities || []).includes("vision"));
+      modelInfo.textContent = !c ? "" : vision ? "takes text and images" : "takes text (attach images with a vision model)";
     };
     modelSel.addEventListener("change", showInfo);
     getJSON("/ai/v1/models").then((cat) => {
