@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.server import serve
+from tests.test_pull_hub import Q4, REPO, hub  # noqa: F401  (the fake Hub)
 from tests.test_console_browser import Page, browser  # noqa: F401  (the module's Chromium)
 from tests.vision_helpers import INVOICE, encode, render
 
@@ -223,3 +224,24 @@ def test_extract_rewrite_and_files_pages(web, srv, tmp_path):
     page.wait_for_selector("#fl-info:has-text('0 files')")
     assert httpx.get(srv.url + "/v1/files").json()["data"] == []
     assert web.errors == []
+
+
+def test_models_page_pulls_from_the_hub_with_a_progress_bar(browser, hub, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    with serve(models_dir=str(tmp_path / "models"), threads=1, allow_downloads=True, download_reserve_bytes=0) as s:
+        web = Page(browser, s.url)
+        try:
+            page = web.go("models")
+            page.fill("#pull-name", f"hf.co/{REPO}:Q4_K_M")
+            page.click("#pull-run")
+            page.wait_for_selector("#pull-status:text-is('success')", timeout=60_000)
+            total = sum(len(hub.repos[REPO].files[p]) for p in Q4)
+            bar = page.eval_on_selector("#pull-bar", "b => [b.value, b.max, Number(b.dataset.updates)]")
+            assert bar[0] == bar[1] > 0 and bar[2] >= 6  # at least a start and an end event per shard
+            assert bar[1] == total
+            name = "acme/tiny-GGUF:Q4_K_M"
+            page.wait_for_selector(f"#models-rows tr[data-model='{name}']")
+            assert name in [m["id"] for m in httpx.get(s.url + "/v1/models").json()["data"]]
+            assert web.errors == []
+        finally:
+            web.close()
