@@ -55,7 +55,8 @@ def send(page, text: str, n: int):
     """Send a message and wait for the n-th answer (1-based) to finish."""
     page.fill("#chat-input", text)
     page.click("#chat-send")
-    return page.wait_for_selector(f".msg.assistant:not(.streaming) >> nth={n - 1} >> .stats:has-text('finish')")
+    return page.wait_for_selector(f".msg.assistant:not(.streaming) >> nth={n - 1} >> .stats:has-text('finish')",
+                                  timeout=120_000)
 
 
 def test_chat_defaults_to_the_instruct_model_and_renders_markdown_safely(web, srv):
@@ -80,6 +81,14 @@ def test_chat_defaults_to_the_instruct_model_and_renders_markdown_safely(web, sr
     page.click(f"{md} .codeblock button.copy")
     page.wait_for_selector(f"{md} .codeblock button.copy:has-text('Copied')")
     assert page.evaluate("navigator.clipboard.readText()") == "print(1)"
+    # A code line wider than a phone scrolls inside its block, not the page.
+    page.fill("#chat-extra", json.dumps({"grammar": 'root ::= "```\\n" "x" "y"{120} "\\n```"', "temperature": 0}))
+    page.fill("#chat-max-tokens", "160")
+    send(page, "a wide line", 2)
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391
+    wide = page.locator(".msg.assistant >> nth=1 >> pre").evaluate("p => [p.scrollWidth, p.clientWidth]")
+    assert wide[0] > wide[1]
     assert web.errors == []
 
 
