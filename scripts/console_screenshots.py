@@ -57,7 +57,9 @@ def main() -> None:
         page.goto(s.url + "/#/read")
         page.wait_for_selector("#rd-model option", state="attached")
         page.set_input_files("#rd-file", str(invoice))
-        page.wait_for_function("document.querySelector('#rd-image') && document.querySelector('#rd-image').naturalWidth")
+        page.wait_for_selector("#rd-image")  # wait_for_function would eval, which the console's CSP forbids
+        while not page.evaluate("document.querySelector('#rd-image').naturalWidth"):
+            time.sleep(0.05)
         page.click("#rd-run")
         page.wait_for_selector("#rd-stage rect.box")
         page.screenshot(path=str(out / "console-read.png"))

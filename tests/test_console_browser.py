@@ -74,11 +74,32 @@ def web(browser, srv):
     p.close()
 
 
+# Form controls and buttons without an accessible name (a <label for>, a wrapping label,
+# aria-label or, for buttons, their text): what a screen reader would announce as nothing.
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')].filter(n => {
+  if (n.type === 'hidden' || n.closest('[hidden], dialog:not([open])')) return false;
+  if (n.getAttribute('aria-label') || n.labels && n.labels.length) return false;
+  return !(n.tagName === 'BUTTON' && n.textContent.trim());
+}).map(n => n.outerHTML.slice(0, 80))"""
+
+
 def test_every_page_loads_without_console_errors(web, srv):
     for pid in PAGES:
         page = web.go(pid)
         assert page.inner_text("nav a.active") .lower() == pid.lower()
         page.wait_for_load_state("networkidle")
+        assert page.evaluate(UNLABELLED) == [], pid
+    page.keyboard.press("?")
+    assert page.is_visible("#keysdlg") and "Alt" in page.inner_text("#keysdlg")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Alt+1")
+    page.wait_for_selector("nav a.active[data-id=chat]")
+    page.click("#theme")
+    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+    page.click("#theme")
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(23, 24, 27)"  # dark
+    page.click("#theme")
+    assert page.evaluate("document.documentElement.dataset.theme") is None  # auto again
     assert web.errors == []
     r = httpx.get(srv.url + "/", headers={"accept": "text/html"})
     assert r.headers["content-type"].startswith("text/html") and "default-src 'self'" in r.headers["content-security-policy"]

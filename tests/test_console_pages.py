@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.obs_helpers import wait_for
 from tests.server import serve
 from tests.test_pull_hub import Q4, REPO, hub  # noqa: F401  (the fake Hub)
 from tests.test_console_browser import Page, browser  # noqa: F401  (the module's Chromium)
@@ -140,7 +141,7 @@ def test_conversations_persist_and_an_edited_turn_regenerates(web):
     assert titles() == ["second question about birds"]
     page.set_input_files("#chat-import", files=[{"name": "c.json", "mimeType": "application/json",
                                                  "buffer": json.dumps(exported).encode()}])
-    page.wait_for_function("document.querySelectorAll('#chat-convs li').length === 3")
+    wait_for(lambda: page.locator("#chat-convs li").count() == 3, what="imported")
     assert sorted(titles()) == ["Cats", "second question about birds", "second question about birds"]
     page.set_input_files("#chat-import", files=[{"name": "bad.json", "mimeType": "application/json",
                                                  "buffer": b'{"conversations": [{"title": 1}]}'}])
@@ -173,7 +174,8 @@ def test_read_page_draws_a_box_over_each_line(web, srv, tmp_path):
     page = web.go("read")
     page.wait_for_selector("#rd-model option[value='pp-ocr']", state="attached")
     page.set_input_files("#rd-file", str(png))
-    page.wait_for_function("document.querySelector('#rd-image') && document.querySelector('#rd-image').naturalWidth > 0")
+    page.wait_for_selector("#rd-image")  # (wait_for_function would eval, which the console's CSP forbids)
+    wait_for(lambda: page.evaluate("document.querySelector('#rd-image').naturalWidth") > 0, what="the image decoded")
     page.click("#rd-run")
     page.wait_for_selector("#rd-stage svg.boxes rect.box", timeout=120_000)
     assert page.inner_text("#rd-text") == "\n".join(INVOICE)

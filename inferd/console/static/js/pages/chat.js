@@ -84,7 +84,8 @@ export default {
     const search = el("input", { id: "chat-search", type: "search", placeholder: "Search conversations",
                                  "aria-label": "search conversations" });
     const convList = el("ul", { class: "convs", id: "chat-convs" });
-    const importInput = el("input", { id: "chat-import", type: "file", accept: "application/json,.json", hidden: true });
+    const importInput = el("input", { id: "chat-import", type: "file", accept: "application/json,.json", hidden: true,
+                                     "aria-label": "import conversations" });
     const newBtn = el("button", { id: "chat-clear", class: "secondary", text: "New chat", title: "New chat (Alt+N)" });
     const exportBtn = el("button", { id: "chat-export", class: "secondary", text: "Export" });
     const importBtn = el("button", { id: "chat-import-btn", class: "secondary", text: "Import" });
