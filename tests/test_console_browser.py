@@ -348,3 +348,39 @@ def test_an_attached_image_changes_the_answer_of_the_vision_model(web, tmp_path)
             assert page.locator(".msg.user img.attached").count() == 1
     assert answers[0] != answers[1] and answers[0] != answers[2] and all(answers)
     assert web.errors == []
+
+
+MD_CASES = [
+    ("# Title\n\nplain *em* and **strong** and ~~gone~~", "<h3>Title</h3><p>plain <em>em</em> and <strong>strong</strong> and <del>gone</del></p>"),
+    ("1. a\n2. b\n   - c\n3. d", "<ol><li>a</li><li>b<ul><li>c</li></ul></li><li>d</li></ol>"),
+    ("3) x\n4) y", '<ol start="3"><li>x</li><li>y</li></ol>'),
+    ("> quoted `code`\n\nafter", "<blockquote><p>quoted <code>code</code></p></blockquote><p>after</p>"),
+    ("a * b * c and 2*3", "<p>a * b * c and 2*3</p>"),
+    ("snake_case_name stays", "<p>snake_case_name stays</p>"),
+    ("[site](https://example.org/a_b) [bad](javascript:alert(1))",
+     '<p><a href="https://example.org/a_b" target="_blank" rel="noopener noreferrer">site</a> [bad](javascript:alert(1))</p>'),
+    ("<script>alert(1)</script> &amp; <b>x</b>", "<p>&lt;script&gt;alert(1)&lt;/script&gt; &amp;amp; &lt;b&gt;x&lt;/b&gt;</p>"),
+    ("`<img src=x onerror=alert(1)>`", "<p><code>&lt;img src=x onerror=alert(1)&gt;</code></p>"),
+    ("---", "<hr>"),
+]
+
+
+def test_markdown_renderer_cases(web):
+    """The renderer module on its own, in the page: each case's HTML, code blocks (also an
+    unclosed fence while an answer streams) and nothing made from HTML in the text."""
+    page = web.go("chat")
+    got = page.evaluate("""async (cases) => {
+      const { render } = await import('/ui/js/markdown.js');
+      const html = (src) => { const d = document.createElement('div'); d.append(render(src)); return d; };
+      const out = cases.map(([src]) => html(src).innerHTML);
+      const fence = html('before\\n```js\\nlet a = "<b>";\\n\\nb()\\n```\\nafter');
+      const open = html('text\\n```\\nstill streaming <i>');
+      return { out, fence: [fence.querySelector('.lang').textContent, fence.querySelector('pre code').textContent,
+                            fence.querySelector('pre code').className, fence.querySelectorAll('p').length,
+                            fence.querySelectorAll('b').length],
+               open: open.querySelector('pre code').textContent };
+    }""", [list(c) for c in MD_CASES])
+    assert got["out"] == [want for _, want in MD_CASES]
+    assert got["fence"] == ["js", 'let a = "<b>";\n\nb()', "language-js", 2, 0]
+    assert got["open"] == "still streaming <i>"
+    assert web.errors == []
