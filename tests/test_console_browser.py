@@ -17,7 +17,8 @@ from tests.server import serve
 
 CHROMIUM = os.environ.get("INFERD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # a beep for the microphone
 PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "tabular", "files",
          "models"]
 

@@ -47,7 +47,7 @@ def srv(tmp_path_factory):
 
 @pytest.fixture
 def web(browser, srv):  # noqa: F811
-    p = Page(browser, srv.url, permissions=["clipboard-read", "clipboard-write"], accept_downloads=True)
+    p = Page(browser, srv.url, permissions=["clipboard-read", "clipboard-write", "microphone"], accept_downloads=True)
     yield p
     p.close()
 
@@ -146,6 +146,22 @@ def test_conversations_persist_and_an_edited_turn_regenerates(web):
     page.set_input_files("#chat-import", files=[{"name": "bad.json", "mimeType": "application/json",
                                                  "buffer": b'{"conversations": [{"title": 1}]}'}])
     page.wait_for_selector(".error:has-text('no valid')")
+
+    # Images by paste and by drop onto the message box become attachments.
+    page.evaluate("""async () => {
+      const b64 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==';
+      const png = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));  // (fetch of a data: URI: not under the CSP)
+      const box = document.querySelector('#chat-input');
+      for (const kind of ['paste', 'drop']) {
+        const dt = new DataTransfer();
+        dt.items.add(new File([png], kind + '.png', { type: 'image/png' }));
+        box.dispatchEvent(kind === 'paste' ? new ClipboardEvent('paste', { clipboardData: dt, bubbles: true })
+                                           : new DragEvent('drop', { dataTransfer: dt, bubbles: true }));
+      }
+    }""")
+    wait_for(lambda: page.locator("#chat-attachments img").count() == 2, what="two attachments")
+    page.click("#chat-attachments button[aria-label='remove attachment 1']")
+    assert page.locator("#chat-attachments img").count() == 1
     assert web.errors == []
 
 
@@ -165,6 +181,27 @@ def test_transcribe_page_shows_the_transcript_with_timestamps(web, srv):
     assert starts == [s["start"] for s in api["segments"]]
     assert page.inner_text("#tr-segments tr .seg-text") == api["segments"][0]["text"].strip()
     assert "en" in page.inner_text("#tr-info")
+
+    # A recording from the (fake) microphone: WebM/Opus from MediaRecorder, decoded by the server.
+    page.click("#tr-record")
+    page.wait_for_selector("#tr-record:text-is('Stop recording')")
+    page.wait_for_timeout(1500)
+    with page.expect_response("**/v1/audio/transcriptions", timeout=120_000) as resp:
+        page.click("#tr-record")
+    assert resp.value.status == 200, resp.value.text()
+    assert resp.value.request.headers["content-type"].startswith("multipart/form-data")
+    page.wait_for_selector("#tr-info:has-text('s of audio')")
+    assert float(page.inner_text("#tr-info").split(" · ")[1].split(" ")[0]) > 1.0
+
+    # Speech into the chat's message box: an audio file, transcribed by the first transcriber.
+    page = web.go("chat")
+    page.wait_for_selector("label[for=chat-audio]:not([hidden])")
+    page.fill("#chat-input", "Transcript:")
+    page.set_input_files("#chat-audio", str(clip))
+    wait_for(lambda: page.input_value("#chat-input") != "Transcript:", timeout=120, what="the transcript")
+    plain = httpx.post(srv.url + "/v1/audio/transcriptions", timeout=120, data={"model": "whisper-tiny.en"},
+                       files={"file": (clip.name, clip.read_bytes(), "audio/wav")}).json()  # json: no timestamps
+    assert page.input_value("#chat-input") == "Transcript: " + plain["text"].strip()
     assert web.errors == []
 
 

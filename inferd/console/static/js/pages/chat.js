@@ -1,9 +1,11 @@
 // Chat: streamed /v1/chat/completions with sampling controls, answers rendered as Markdown,
-// reasoning shown apart, tool calls, JSON-schema output, image attachments (pick or paste;
-// sent as image_url data URIs), edit a user turn and regenerate from it, Stop (aborts the
+// reasoning shown apart, tool calls, JSON-schema output, image attachments (pick, paste or
+// drop; sent as image_url data URIs), speech input (a recording or an audio file, transcribed
+// into the message box by the first transcriber), edit a user turn and regenerate from it, Stop (aborts the
 // fetch; the server cancels the sequence when the connection closes), TTFT and tokens/s per
 // answer. Settings and conversations are kept in localStorage (see ../chats.js).
 import { getJSON, postSSE } from "../api.js";
+import { Recorder, transcribe } from "../audio.js";
 import { Chats } from "../chats.js";
 import { render as markdown } from "../markdown.js";
 import { el, field, select, showError } from "../ui.js";
@@ -100,6 +102,12 @@ export default {
     const attach = el("input", { id: "chat-attach", type: "file", accept: "image/*", multiple: true, class: "sr-only" });
     const attachLabel = el("label", { for: "chat-attach", class: "button secondary", text: "Attach image" });
     const thumbs = el("div", { class: "thumbs", id: "chat-attachments" });
+    const micBtn = el("button", { id: "chat-mic", class: "secondary", type: "button", text: "Speak", hidden: true,
+                                  title: "record a message (transcribed into the box)" });
+    const audioIn = el("input", { id: "chat-audio", type: "file", accept: "audio/*", class: "sr-only" });
+    const audioLabel = el("label", { for: "chat-audio", class: "button secondary", text: "Audio file", hidden: true });
+    const recorder = new Recorder();
+    let transcriber = "";
     let pending = [];  // data URIs attached to the next message
 
     const settings = el("div", { class: "card" },
@@ -112,7 +120,7 @@ export default {
     root.append(el("h1", { text: "Chat" }), el("div", { class: "grid" }, el("div", {}, convCard, settings),
       el("div", {}, el("div", { class: "card" }, msgs),
          el("div", { class: "card" }, thumbs, input,
-            el("div", { class: "row" }, send, stopBtn, attachLabel, attach), err))));
+            el("div", { class: "row" }, send, stopBtn, attachLabel, attach, micBtn, audioLabel, audioIn), err))));
 
     const drawThumbs = () => thumbs.replaceChildren(...pending.map((u, i) => el("figure", { class: "thumb" },
       el("img", { src: u, alt: `attachment ${i + 1}` }),
@@ -126,6 +134,37 @@ export default {
       drawThumbs();
     };
     attach.addEventListener("change", () => { addFiles([...attach.files]); attach.value = ""; });
+    input.addEventListener("dragover", (e) => { e.preventDefault(); input.classList.add("drop"); });
+    input.addEventListener("dragleave", () => input.classList.remove("drop"));
+    input.addEventListener("drop", (e) => {
+      input.classList.remove("drop");
+      const files = [...(e.dataTransfer || {}).files || []].filter((f) => f.type.startsWith("image/"));
+      if (files.length) { e.preventDefault(); addFiles(files); }
+    });
+    const speech = async (blob) => {
+      showError(err, null);
+      micBtn.disabled = true;
+      try {
+        const body = await transcribe(blob, blob.name, transcriber);
+        const text = body.text.trim();
+        input.value = input.value.trim() ? `${input.value.trimEnd()} ${text}` : text;
+        input.focus();
+      } catch (e) { showError(err, e); } finally { micBtn.disabled = false; }
+    };
+    audioIn.addEventListener("change", () => { const f = audioIn.files[0]; audioIn.value = ""; if (f) speech(f); });
+    micBtn.addEventListener("click", async () => {
+      try {
+        if (!recorder.recording) {
+          await recorder.start();
+          micBtn.textContent = "Stop recording";
+          micBtn.classList.add("danger");
+        } else {
+          micBtn.textContent = "Speak";
+          micBtn.classList.remove("danger");
+          speech(await recorder.stop());
+        }
+      } catch (e) { showError(err, e); }
+    });
     input.addEventListener("paste", (e) => {
       const files = [...(e.clipboardData || {}).files || []].filter((f) => f.type.startsWith("image/"));
       if (files.length) { e.preventDefault(); addFiles(files); }
@@ -227,6 +266,8 @@ export default {
     };
     modelSel.addEventListener("change", showInfo);
     getJSON("/ai/v1/models").then((cat) => {
+      transcriber = Object.keys(cat.transcribers || {}).sort()[0] || "";
+      micBtn.hidden = audioLabel.hidden = !transcriber;
       catalog = cat.generators || {};
       const gens = Object.keys(catalog).sort();
       modelSel.replaceChildren(...gens.map((g) => el("option", { value: g, text: g })));
@@ -349,6 +390,6 @@ export default {
       if (!f) return;
       try { chats.import(JSON.parse(await f.text())); redraw(); showError(err, null); } catch (e) { showError(err, e); }
     });
-    return { submit, stop, unmount: stop, new: newChat, focus: () => input.focus() };
+    return { submit, stop, unmount: () => { stop(); recorder.cancel(); }, new: newChat, focus: () => input.focus() };
   },
 };
