@@ -20,7 +20,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # a beep for the microphone
 PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "tabular", "files",
-         "models"]
+         "models", "operator"]
 
 
 @pytest.fixture(scope="module")
@@ -384,4 +384,43 @@ def test_markdown_renderer_cases(web):
     assert got["out"] == [want for _, want in MD_CASES]
     assert got["fence"] == ["js", 'let a = "<b>";\n\nb()', "language-js", 2, 0]
     assert got["open"] == "still streaming <i>"
+    assert web.errors == []
+
+
+def test_operator_page_shows_a_running_generation_and_its_slot(web, srv):
+    import threading
+
+    stop, started = threading.Event(), threading.Event()
+
+    def generate():
+        with httpx.stream("POST", srv.url + "/v1/completions", timeout=120, json={
+                "model": "tiny", "prompt": "once", "max_tokens": 4000, "ignore_eos": True, "stream": True}) as r:
+            for _ in r.iter_lines():
+                started.set()
+                if stop.is_set():
+                    break  # closing the connection cancels the sequence
+
+    t = threading.Thread(target=generate, daemon=True)
+    t.start()
+    try:
+        assert started.wait(30)
+        page = web.go("operator")
+        page.wait_for_selector("#op-models tr[data-model=tiny] td.running:text-is('1')")
+        page.wait_for_selector("#op-slots tr[data-model=tiny] .pill.on")
+        wait_for(lambda: float(page.inner_text("#op-models tr[data-model=tiny] td.tps")) > 0, timeout=20,
+                 what="tokens/s")
+        assert page.locator("#op-charts canvas").count() >= 1
+    finally:
+        stop.set()
+        t.join(30)
+    wait_for(lambda: httpx.get(srv.url + "/load").json()["models"]["tiny"]["running"] == 0, what="cancelled")
+    # Latency percentiles: Prometheus' histogram_quantile over the buckets.
+    got = page.evaluate("""async () => {
+      const { quantile } = await import('/ui/js/pages/operator.js');
+      const s = (le, value, model = 'm') => ({ labels: { model, le }, value });
+      const b = [s('0.1', 0), s('0.5', 10), s('1', 20), s('+Inf', 20), s('0.5', 100, 'other'), s('+Inf', 100, 'other')];
+      return [quantile(b, 'm', 0.5), quantile(b, 'm', 0.95), quantile(b, 'none', 0.5)];
+    }""")
+    assert got[0] == pytest.approx(0.5) and got[1] == pytest.approx(0.95) and got[2] is None
+    page.wait_for_selector("#op-models tr[data-model=tiny] td.p50:not(:text-is('-'))")
     assert web.errors == []

@@ -11,5 +11,6 @@ import transcribe from "./transcribe.js";
 import tabular from "./tabular.js";
 import files from "./files.js";
 import models from "./models.js";
+import operator from "./operator.js";
 
-export const PAGES = [chat, embeddings, rerank, chunking, extract, rewrite, read, transcribe, tabular, files, models];
+export const PAGES = [chat, embeddings, rerank, chunking, extract, rewrite, read, transcribe, tabular, files, models, operator];
