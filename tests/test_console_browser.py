@@ -376,14 +376,18 @@ def test_markdown_renderer_cases(web):
       const out = cases.map(([src]) => html(src).innerHTML);
       const fence = html('before\\n```js\\nlet a = "<b>";\\n\\nb()\\n```\\nafter');
       const open = html('text\\n```\\nstill streaming <i>');
+      const py = html('```python\\ndef f(x):  # add "one"\\n    return x + 1.5\\n```').querySelector('pre code');
+      const toks = [...py.querySelectorAll('span')].map((s) => [s.className, s.textContent]);
       return { out, fence: [fence.querySelector('.lang').textContent, fence.querySelector('pre code').textContent,
                             fence.querySelector('pre code').className, fence.querySelectorAll('p').length,
                             fence.querySelectorAll('b').length],
-               open: open.querySelector('pre code').textContent };
+               open: open.querySelector('pre code').textContent, toks, pyText: py.textContent };
     }""", [list(c) for c in MD_CASES])
     assert got["out"] == [want for _, want in MD_CASES]
     assert got["fence"] == ["js", 'let a = "<b>";\n\nb()', "language-js", 2, 0]
     assert got["open"] == "still streaming <i>"
+    assert got["toks"] == [["tok-kw", "def"], ["tok-com", '# add "one"'], ["tok-kw", "return"], ["tok-num", "1.5"]]
+    assert got["pyText"] == 'def f(x):  # add "one"\n    return x + 1.5'
     assert web.errors == []
 
 

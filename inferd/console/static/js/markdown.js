@@ -2,7 +2,8 @@
 // model's text reaches the page through textContent, so `<img onerror=...>` in an answer is
 // shown as text and no element is ever made from it. Covers what chat answers use:
 // paragraphs, headings, bullet and numbered lists, block quotes, rules, fenced code blocks
-// (with a copy button), inline code, **bold**, *emphasis*, ~~strike~~ and http(s) links.
+// (highlighted, with a copy button), inline code, **bold**, *emphasis*, ~~strike~~ and http(s) links.
+import { highlight } from "./highlight.js";
 import { el } from "./ui.js";
 
 const FENCE = /^\s*(```+|~~~+)\s*([\w+#.-]*)\s*$/;
@@ -40,7 +41,7 @@ function codeBlock(lang, code) {
   });
   return el("div", { class: "codeblock" },
     el("div", { class: "codebar" }, el("span", { class: "lang", text: lang || "code" }), copy),
-    el("pre", {}, el("code", { class: lang ? `language-${lang}` : null, text: code })));
+    el("pre", {}, el("code", { class: lang ? `language-${lang}` : null }, ...highlight(lang, code))));
 }
 
 function list(lines, start) {
