@@ -86,13 +86,17 @@ def main() -> None:
         # Some traffic for the live charts: four streams at once.
         def stream(i: int) -> None:
             httpx.post(s.url + "/v1/completions", timeout=300, json={
-                "model": "smollm2-135m-instruct", "prompt": f"Story number {i}:", "max_tokens": 64, "ignore_eos": True})
+                "model": "smollm2-135m-instruct", "prompt": f"Story number {i}:", "max_tokens": 160, "ignore_eos": True})
 
-        page.goto(s.url + "/#/models")
-        page.wait_for_selector("#models-rows tr")
         with concurrent.futures.ThreadPoolExecutor(6) as pool:  # six requests on four slots: two wait
             jobs = [pool.submit(stream, i) for i in range(6)]
-            time.sleep(6)  # the charts fill while they run
+            page.goto(s.url + "/#/operator")
+            page.wait_for_selector("#op-slots tr")
+            time.sleep(5)  # the charts fill while they run
+            page.screenshot(path=str(out / "console-operator.png"))
+            page.goto(s.url + "/#/models")
+            page.wait_for_selector("#models-rows tr")
+            time.sleep(4)
             page.screenshot(path=str(out / "console-models.png"))
             for j in jobs:
                 j.result()
