@@ -428,3 +428,28 @@ def test_operator_page_shows_a_running_generation_and_its_slot(web, srv):
     assert got[0] == pytest.approx(0.5) and got[1] == pytest.approx(0.95) and got[2] is None
     page.wait_for_selector("#op-models tr[data-model=tiny] td.p50:not(:text-is('-'))")
     assert web.errors == []
+
+
+def test_conversations_over_the_storage_quota_keep_their_text(web):
+    """When localStorage is full (simulated: a setItem that holds an image throws the browser's
+    QuotaExceededError), the stored copy keeps the text and the page says images are not kept."""
+    page = web.go("chat")
+    got = page.evaluate("""async () => {
+      const { Chats } = await import('/ui/js/chats.js');
+      const real = Storage.prototype.setItem;
+      Storage.prototype.setItem = function (k, v) {
+        if (String(v).includes('data:image')) throw new DOMException('full', 'QuotaExceededError');
+        return real.call(this, k, v);
+      };
+      try {
+        const c = new Chats();
+        c.create();
+        c.setMessages([{ role: 'user', content: [{ type: 'text', text: 'look' },
+                                                 { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] }]);
+        const stored = JSON.parse(localStorage.getItem('inferd.chats'));
+        return [c.note, stored.list.find((x) => x.id === c.current.id).messages[0].content,
+                c.current.messages[0].content.length];
+      } finally { Storage.prototype.setItem = real; }
+    }""")
+    assert got == ["the browser's storage is full: attached images are not kept after a reload", "look", 2]
+    assert web.errors == []

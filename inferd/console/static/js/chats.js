@@ -37,7 +37,19 @@ export class Chats {
     return { id: newId(), title: titleOf(messages), named: false, updated: Date.now(), messages };
   }
 
-  save() { localStorage.setItem(KEY, JSON.stringify({ current: this.current.id, list: this.list })); }
+  // Images make conversations large; when the browser's quota (about 5 MB) is reached they
+  // are kept for this session only and the stored copy has their text alone (this.note says so).
+  save() {
+    const data = { current: this.current.id, list: this.list };
+    this.note = "";
+    try { localStorage.setItem(KEY, JSON.stringify(data)); return; } catch (e) { if (e.name !== "QuotaExceededError") throw e; }
+    const strip = (m) => (typeof m.content === "string" ? m
+      : { ...m, content: m.content.filter((p) => p.type !== "image_url").map((p) => p.text || "").join("\n") });
+    try {
+      localStorage.setItem(KEY, JSON.stringify({ ...data, list: this.list.map((c) => ({ ...c, messages: c.messages.map(strip) })) }));
+      this.note = "the browser's storage is full: attached images are not kept after a reload";
+    } catch { this.note = "the browser's storage is full: this conversation is not kept after a reload"; }
+  }
 
   create() {
     if (!this.current.messages.length) return this.current;  // no pile of empty chats

@@ -91,8 +91,9 @@ export default {
     const newBtn = el("button", { id: "chat-clear", class: "secondary", text: "New chat", title: "New chat (Alt+N)" });
     const exportBtn = el("button", { id: "chat-export", class: "secondary", text: "Export" });
     const importBtn = el("button", { id: "chat-import-btn", class: "secondary", text: "Import" });
+    const storeNote = el("div", { class: "muted", id: "chat-store-note", role: "status" });
     const convCard = el("div", { class: "card" }, el("div", { class: "row" }, newBtn, exportBtn, importBtn, importInput),
-                        el("label", { class: "sr-only", for: "chat-search", text: "Search" }), search, convList);
+                        el("label", { class: "sr-only", for: "chat-search", text: "Search" }), search, convList, storeNote);
 
     const msgs = el("div", { class: "msgs", id: "chat-messages", "aria-live": "polite" });
     const input = el("textarea", { id: "chat-input", rows: 3, "aria-label": "message",
@@ -174,6 +175,7 @@ export default {
     const busy = (on) => { send.disabled = on; stopBtn.disabled = !on; };
 
     function drawConvs() {
+      storeNote.textContent = chats.note || "";
       const q = search.value.trim().toLowerCase();
       convList.replaceChildren(...chats.search(q).map((c) => {
         const open = el("button", { class: "link open", type: "button", text: c.title || "New chat",
