@@ -83,6 +83,37 @@ UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, bu
   return !(n.tagName === 'BUTTON' && n.textContent.trim());
 }).map(n => n.outerHTML.slice(0, 80))"""
 
+# WCAG AA contrast (4.5:1; 3:1 for large text) of every visible element that holds text, its
+# colour against the background it is drawn on (translucent layers composited up the tree).
+LOW_CONTRAST = """() => {
+  const rgba = (c) => { const m = c.match(/[\\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; };
+  const over = (top, under) => top.slice(0, 3).map((v, i) => v * top[3] + under[i] * (1 - top[3])).concat(1);
+  const bg = (n) => {
+    const stack = [];
+    for (let e = n; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c[3] > 0) stack.push(c);
+      if (c[3] >= 1) break;
+    }
+    return stack.reverse().reduce((acc, c) => over(c, acc), [255, 255, 255, 1]);
+  };
+  const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+                       return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const bad = [];
+  for (const n of document.querySelectorAll('body *')) {
+    if (![...n.childNodes].some((t) => t.nodeType === 3 && t.textContent.trim())) continue;
+    const st = getComputedStyle(n), r = n.getBoundingClientRect();
+    if (!r.width || !r.height || st.visibility === 'hidden' || n.closest('[hidden], dialog:not([open]), option, select, :disabled')) continue;
+    if (n.closest('input, textarea') || ['OPTION', 'SCRIPT', 'STYLE'].includes(n.tagName)) continue;
+    const b = bg(n), fg = over(rgba(st.color), b);
+    const [hi, lo] = [lum(fg), lum(b)].sort((x, y) => y - x);
+    const ratio = (hi + 0.05) / (lo + 0.05), size = parseFloat(st.fontSize);
+    const need = size >= 24 || (size >= 18.66 && Number(st.fontWeight) >= 700) ? 3 : 4.5;
+    if (ratio < need) bad.push(`${n.tagName}.${n.className} "${n.textContent.trim().slice(0, 20)}" ${ratio.toFixed(2)}`);
+  }
+  return bad;
+}"""
+
 
 def test_every_page_loads_without_console_errors(web, srv):
     for pid in PAGES:
@@ -90,6 +121,15 @@ def test_every_page_loads_without_console_errors(web, srv):
         assert page.inner_text("nav a.active") .lower() == pid.lower()
         page.wait_for_load_state("networkidle")
         assert page.evaluate(UNLABELLED) == [], pid
+        for theme in ("light", "dark"):
+            page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
+            assert page.evaluate(LOW_CONTRAST) == [], (pid, theme)
+        page.evaluate("delete document.documentElement.dataset.theme")
+    # The check itself finds a faint text.
+    page.evaluate("(() => { const p = document.createElement('p'); p.id = 'faint'; p.textContent = 'faint';"
+                  " p.style.color = '#bbbbbb'; document.querySelector('main').append(p); })()")
+    assert [b for b in page.evaluate(LOW_CONTRAST) if '"faint"' in b]
+    page.evaluate("document.querySelector('#faint').remove()")
     page.keyboard.press("?")
     assert page.is_visible("#keysdlg") and "Alt" in page.inner_text("#keysdlg")
     page.keyboard.press("Escape")

@@ -18,7 +18,7 @@ import pytest
 from tests.obs_helpers import wait_for
 from tests.server import serve
 from tests.test_pull_hub import Q4, REPO, hub  # noqa: F401  (the fake Hub)
-from tests.test_console_browser import Page, browser  # noqa: F401  (the module's Chromium)
+from tests.test_console_browser import LOW_CONTRAST, Page, browser  # noqa: F401  (the module's Chromium)
 from tests.vision_helpers import INVOICE, encode, render
 
 CLIPS = Path(__file__).parent / "fixtures" / "speech" / "clips"
@@ -52,6 +52,16 @@ def web(browser, srv):  # noqa: F811
     p.close()
 
 
+def low_contrast(page) -> list[str]:
+    """Text below WCAG AA contrast, in the light and in the dark theme."""
+    out = []
+    for theme in ("light", "dark"):
+        page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
+        out += [f"{theme}: {b}" for b in page.evaluate(LOW_CONTRAST)]
+    page.evaluate("delete document.documentElement.dataset.theme")
+    return out
+
+
 def send(page, text: str, n: int):
     """Send a message and wait for the n-th answer (1-based) to finish."""
     page.fill("#chat-input", text)
@@ -82,6 +92,7 @@ def test_chat_defaults_to_the_instruct_model_and_renders_markdown_safely(web, sr
     page.click(f"{md} .codeblock button.copy")
     page.wait_for_selector(f"{md} .codeblock button.copy:has-text('Copied')")
     assert page.evaluate("navigator.clipboard.readText()") == "print(1)"
+    assert low_contrast(page) == []  # highlighted code, stats, buttons, both themes
     # A code line wider than a phone scrolls inside its block, not the page.
     page.fill("#chat-extra", json.dumps({"grammar": 'root ::= "```\\n" "x" "y"{120} "\\n```"', "temperature": 0}))
     page.fill("#chat-max-tokens", "160")
@@ -228,6 +239,7 @@ def test_read_page_draws_a_box_over_each_line(web, srv, tmp_path):
     layer = page.locator("#rd-stage svg.boxes").bounding_box()
     assert all(abs(img[k] - layer[k]) < 1 for k in ("x", "y", "width", "height"))
     assert page.eval_on_selector_all("#rd-regions li", "ls => ls.map(l => l.firstChild.textContent)") == INVOICE
+    assert low_contrast(page) == []
     assert web.errors == []
 
 
@@ -242,6 +254,7 @@ def test_extract_rewrite_and_files_pages(web, srv, tmp_path):
     shown = page.evaluate("(() => { const c = document.querySelector('#ex-out').cloneNode(true);"
                           " c.querySelectorAll('.entity-label').forEach(x => x.remove()); return c.textContent; })()")
     assert shown == page.input_value("#ex-text")
+    assert low_contrast(page) == []
 
     page = web.go("rewrite")
     page.wait_for_selector("#rw-model option[value='tiny-t5']", state="attached")
