@@ -7,6 +7,7 @@ key is asked for once, and a phone-width screen needs no horizontal scrolling.""
 import json
 import math
 import os
+import shutil
 
 import httpx
 import pytest
@@ -16,8 +17,10 @@ from tests.server import serve
 
 CHROMIUM = os.environ.get("INFERD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAGES = ["chat", "embeddings", "rerank", "chunking", "tabular", "models"]
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # a beep for the microphone
+PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "tabular", "files",
+         "models", "operator"]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,10 @@ def browser():
 def srv(tmp_path_factory):
     root = tmp_path_factory.mktemp("console")
     d = models_dir(root, embedder=True, reranker=True, iris=True)
+    vlm = d / "generators" / "tiny-vlm"  # the tiny llama with the tiny vision projector
+    vlm.mkdir(parents=True)
+    shutil.copy("tests/fixtures/gguf/tiny-llama.gguf", vlm / "model.gguf")
+    shutil.copy("tests/fixtures/gguf/mmproj-tiny.gguf", vlm / "mmproj-tiny.gguf")
     with serve(models_dir=str(d), ml_dir=str(root / "ml"), parallel=2, threads=1) as s:
         yield s
 
@@ -68,11 +75,72 @@ def web(browser, srv):
     p.close()
 
 
+# Form controls and buttons without an accessible name (a <label for>, a wrapping label,
+# aria-label or, for buttons, their text): what a screen reader would announce as nothing.
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')].filter(n => {
+  if (n.type === 'hidden' || n.closest('[hidden], dialog:not([open])')) return false;
+  if (n.getAttribute('aria-label') || n.labels && n.labels.length) return false;
+  return !(n.tagName === 'BUTTON' && n.textContent.trim());
+}).map(n => n.outerHTML.slice(0, 80))"""
+
+# WCAG AA contrast (4.5:1; 3:1 for large text) of every visible element that holds text, its
+# colour against the background it is drawn on (translucent layers composited up the tree).
+LOW_CONTRAST = """() => {
+  const rgba = (c) => { const m = c.match(/[\\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; };
+  const over = (top, under) => top.slice(0, 3).map((v, i) => v * top[3] + under[i] * (1 - top[3])).concat(1);
+  const bg = (n) => {
+    const stack = [];
+    for (let e = n; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c[3] > 0) stack.push(c);
+      if (c[3] >= 1) break;
+    }
+    return stack.reverse().reduce((acc, c) => over(c, acc), [255, 255, 255, 1]);
+  };
+  const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+                       return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const bad = [];
+  for (const n of document.querySelectorAll('body *')) {
+    if (![...n.childNodes].some((t) => t.nodeType === 3 && t.textContent.trim())) continue;
+    const st = getComputedStyle(n), r = n.getBoundingClientRect();
+    if (!r.width || !r.height || st.visibility === 'hidden' || n.closest('[hidden], dialog:not([open]), option, select, :disabled')) continue;
+    if (n.closest('input, textarea') || ['OPTION', 'SCRIPT', 'STYLE'].includes(n.tagName)) continue;
+    const b = bg(n), fg = over(rgba(st.color), b);
+    const [hi, lo] = [lum(fg), lum(b)].sort((x, y) => y - x);
+    const ratio = (hi + 0.05) / (lo + 0.05), size = parseFloat(st.fontSize);
+    const need = size >= 24 || (size >= 18.66 && Number(st.fontWeight) >= 700) ? 3 : 4.5;
+    if (ratio < need) bad.push(`${n.tagName}.${n.className} "${n.textContent.trim().slice(0, 20)}" ${ratio.toFixed(2)}`);
+  }
+  return bad;
+}"""
+
+
 def test_every_page_loads_without_console_errors(web, srv):
     for pid in PAGES:
         page = web.go(pid)
         assert page.inner_text("nav a.active") .lower() == pid.lower()
         page.wait_for_load_state("networkidle")
+        assert page.evaluate(UNLABELLED) == [], pid
+        for theme in ("light", "dark"):
+            page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
+            assert page.evaluate(LOW_CONTRAST) == [], (pid, theme)
+        page.evaluate("delete document.documentElement.dataset.theme")
+    # The check itself finds a faint text.
+    page.evaluate("(() => { const p = document.createElement('p'); p.id = 'faint'; p.textContent = 'faint';"
+                  " p.style.color = '#bbbbbb'; document.querySelector('main').append(p); })()")
+    assert [b for b in page.evaluate(LOW_CONTRAST) if '"faint"' in b]
+    page.evaluate("document.querySelector('#faint').remove()")
+    page.keyboard.press("?")
+    assert page.is_visible("#keysdlg") and "Alt" in page.inner_text("#keysdlg")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Alt+1")
+    page.wait_for_selector("nav a.active[data-id=chat]")
+    page.click("#theme")
+    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+    page.click("#theme")
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(23, 24, 27)"  # dark
+    page.click("#theme")
+    assert page.evaluate("document.documentElement.dataset.theme") is None  # auto again
     assert web.errors == []
     r = httpx.get(srv.url + "/", headers={"accept": "text/html"})
     assert r.headers["content-type"].startswith("text/html") and "default-src 'self'" in r.headers["content-security-policy"]
@@ -117,9 +185,10 @@ def test_chat_streams_tokens_into_the_page_and_stop_ends_the_generation(web, srv
     page.reload()
     page.wait_for_selector(".msg.assistant >> nth=1")
     assert page.locator(".msg").count() == 4
-    saved = json.loads(page.evaluate("localStorage.getItem('inferd.chat')"))
-    assert [m["role"] for m in saved["messages"]] == ["user", "assistant", "user", "assistant"]
-    assert saved["messages"][3]["stats"]["finish"] == "stopped"
+    saved = json.loads(page.evaluate("localStorage.getItem('inferd.chats')"))
+    conv = next(c for c in saved["list"] if c["id"] == saved["current"])
+    assert [m["role"] for m in conv["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert conv["messages"][3]["stats"]["finish"] == "stopped" and conv["title"] == "hello there"
     page.click("#chat-clear")
     assert page.locator(".msg").count() == 0
     assert web.errors == []
@@ -285,4 +354,142 @@ def test_reasoning_is_shown_apart_and_tool_calls_are_rendered(web):
     assert call.startswith("get_weather(") and call.endswith(")")
     args = json.loads(call[len("get_weather("):-1])
     assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+    assert web.errors == []
+
+
+def test_an_attached_image_changes_the_answer_of_the_vision_model(web, tmp_path):
+    from tests.test_vision_http import png
+
+    page = web.go("chat")
+    page.wait_for_selector("#chat-model option[value=tiny-vlm]", state="attached")
+    page.select_option("#chat-model", "tiny-vlm")
+    assert page.inner_text("#chat-model-info") == "takes text and images"
+    page.fill("#chat-max-tokens", "10")
+    page.fill("#chat-temperature", "0")
+    answers = []
+    for seed in (1, 2, None):
+        page.click("#chat-clear")
+        if seed is not None:
+            f = tmp_path / f"img{seed}.png"
+            f.write_bytes(png(seed))
+            page.set_input_files("#chat-attach", str(f))
+            page.wait_for_selector("#chat-attachments img")
+        with page.expect_request("**/v1/chat/completions") as req:
+            page.fill("#chat-input", "what is in the picture?")
+            page.click("#chat-send")
+        parts = req.value.post_data_json["messages"][-1]["content"]
+        if seed is None:
+            assert parts == "what is in the picture?"
+        else:
+            assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+            assert page.locator("#chat-attachments img").count() == 0  # sent, no longer pending
+        page.wait_for_selector(".msg.assistant:not(.streaming) .stats:has-text('finish')")
+        answers.append(page.inner_text(".msg.assistant .content"))
+        if seed is not None:
+            assert page.locator(".msg.user img.attached").count() == 1
+    assert answers[0] != answers[1] and answers[0] != answers[2] and all(answers)
+    assert web.errors == []
+
+
+MD_CASES = [
+    ("# Title\n\nplain *em* and **strong** and ~~gone~~", "<h3>Title</h3><p>plain <em>em</em> and <strong>strong</strong> and <del>gone</del></p>"),
+    ("1. a\n2. b\n   - c\n3. d", "<ol><li>a</li><li>b<ul><li>c</li></ul></li><li>d</li></ol>"),
+    ("3) x\n4) y", '<ol start="3"><li>x</li><li>y</li></ol>'),
+    ("> quoted `code`\n\nafter", "<blockquote><p>quoted <code>code</code></p></blockquote><p>after</p>"),
+    ("a * b * c and 2*3", "<p>a * b * c and 2*3</p>"),
+    ("snake_case_name stays", "<p>snake_case_name stays</p>"),
+    ("[site](https://example.org/a_b) [bad](javascript:alert(1))",
+     '<p><a href="https://example.org/a_b" target="_blank" rel="noopener noreferrer">site</a> [bad](javascript:alert(1))</p>'),
+    ("<script>alert(1)</script> &amp; <b>x</b>", "<p>&lt;script&gt;alert(1)&lt;/script&gt; &amp;amp; &lt;b&gt;x&lt;/b&gt;</p>"),
+    ("`<img src=x onerror=alert(1)>`", "<p><code>&lt;img src=x onerror=alert(1)&gt;</code></p>"),
+    ("---", "<hr>"),
+]
+
+
+def test_markdown_renderer_cases(web):
+    """The renderer module on its own, in the page: each case's HTML, code blocks (also an
+    unclosed fence while an answer streams) and nothing made from HTML in the text."""
+    page = web.go("chat")
+    got = page.evaluate("""async (cases) => {
+      const { render } = await import('/ui/js/markdown.js');
+      const html = (src) => { const d = document.createElement('div'); d.append(render(src)); return d; };
+      const out = cases.map(([src]) => html(src).innerHTML);
+      const fence = html('before\\n```js\\nlet a = "<b>";\\n\\nb()\\n```\\nafter');
+      const open = html('text\\n```\\nstill streaming <i>');
+      const py = html('```python\\ndef f(x):  # add "one"\\n    return x + 1.5\\n```').querySelector('pre code');
+      const toks = [...py.querySelectorAll('span')].map((s) => [s.className, s.textContent]);
+      return { out, fence: [fence.querySelector('.lang').textContent, fence.querySelector('pre code').textContent,
+                            fence.querySelector('pre code').className, fence.querySelectorAll('p').length,
+                            fence.querySelectorAll('b').length],
+               open: open.querySelector('pre code').textContent, toks, pyText: py.textContent };
+    }""", [list(c) for c in MD_CASES])
+    assert got["out"] == [want for _, want in MD_CASES]
+    assert got["fence"] == ["js", 'let a = "<b>";\n\nb()', "language-js", 2, 0]
+    assert got["open"] == "still streaming <i>"
+    assert got["toks"] == [["tok-kw", "def"], ["tok-com", '# add "one"'], ["tok-kw", "return"], ["tok-num", "1.5"]]
+    assert got["pyText"] == 'def f(x):  # add "one"\n    return x + 1.5'
+    assert web.errors == []
+
+
+def test_operator_page_shows_a_running_generation_and_its_slot(web, srv):
+    import threading
+
+    stop, started = threading.Event(), threading.Event()
+
+    def generate():
+        with httpx.stream("POST", srv.url + "/v1/completions", timeout=120, json={
+                "model": "tiny", "prompt": "once", "max_tokens": 4000, "ignore_eos": True, "stream": True}) as r:
+            for _ in r.iter_lines():
+                started.set()
+                if stop.is_set():
+                    break  # closing the connection cancels the sequence
+
+    t = threading.Thread(target=generate, daemon=True)
+    t.start()
+    try:
+        assert started.wait(30)
+        page = web.go("operator")
+        page.wait_for_selector("#op-models tr[data-model=tiny] td.running:text-is('1')")
+        page.wait_for_selector("#op-slots tr[data-model=tiny] .pill.on")
+        wait_for(lambda: float(page.inner_text("#op-models tr[data-model=tiny] td.tps")) > 0, timeout=20,
+                 what="tokens/s")
+        assert page.locator("#op-charts canvas").count() >= 1
+    finally:
+        stop.set()
+        t.join(30)
+    wait_for(lambda: httpx.get(srv.url + "/load").json()["models"]["tiny"]["running"] == 0, what="cancelled")
+    # Latency percentiles: Prometheus' histogram_quantile over the buckets.
+    got = page.evaluate("""async () => {
+      const { quantile } = await import('/ui/js/pages/operator.js');
+      const s = (le, value, model = 'm') => ({ labels: { model, le }, value });
+      const b = [s('0.1', 0), s('0.5', 10), s('1', 20), s('+Inf', 20), s('0.5', 100, 'other'), s('+Inf', 100, 'other')];
+      return [quantile(b, 'm', 0.5), quantile(b, 'm', 0.95), quantile(b, 'none', 0.5)];
+    }""")
+    assert got[0] == pytest.approx(0.5) and got[1] == pytest.approx(0.95) and got[2] is None
+    page.wait_for_selector("#op-models tr[data-model=tiny] td.p50:not(:text-is('-'))")
+    assert web.errors == []
+
+
+def test_conversations_over_the_storage_quota_keep_their_text(web):
+    """When localStorage is full (simulated: a setItem that holds an image throws the browser's
+    QuotaExceededError), the stored copy keeps the text and the page says images are not kept."""
+    page = web.go("chat")
+    got = page.evaluate("""async () => {
+      const { Chats } = await import('/ui/js/chats.js');
+      const real = Storage.prototype.setItem;
+      Storage.prototype.setItem = function (k, v) {
+        if (String(v).includes('data:image')) throw new DOMException('full', 'QuotaExceededError');
+        return real.call(this, k, v);
+      };
+      try {
+        const c = new Chats();
+        c.create();
+        c.setMessages([{ role: 'user', content: [{ type: 'text', text: 'look' },
+                                                 { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] }]);
+        const stored = JSON.parse(localStorage.getItem('inferd.chats'));
+        return [c.note, stored.list.find((x) => x.id === c.current.id).messages[0].content,
+                c.current.messages[0].content.length];
+      } finally { Storage.prototype.setItem = real; }
+    }""")
+    assert got == ["the browser's storage is full: attached images are not kept after a reload", "look", 2]
     assert web.errors == []

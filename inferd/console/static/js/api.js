@@ -88,6 +88,33 @@ export async function postSSE(path, data, signal, onData) {
   }
 }
 
+// POST and read an NDJSON stream (Ollama's progress lines): onData(obj) per line.
+export async function postNDJSON(path, data, signal, onData) {
+  const res = await request(path, { method: "POST", body: JSON.stringify(data), signal,
+                                    headers: { "Content-Type": "application/json" } });
+  if (!res.ok) {
+    const body = await res.json().catch(() => null);
+    throw new Error(errorText(body, res.status));
+  }
+  const reader = res.body.getReader(), dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let cut;
+    while ((cut = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, cut).trim();
+      buf = buf.slice(cut + 1);
+      if (!line) continue;
+      const obj = JSON.parse(line);
+      if (obj.error) throw new Error(errorText(obj, 500));
+      onData(obj);
+    }
+  }
+  if (buf.trim()) onData(JSON.parse(buf));
+}
+
 // Models of one kind ("generators", "embedders", ...) from the Antfly catalog.
 export async function modelsOf(kind) {
   const cat = await getJSON("/ai/v1/models");

@@ -1,7 +1,8 @@
 // Models: every served model with kind, format, size, load state, keep-alive countdown and
-// Load / Unload buttons (/admin/models), plus live charts polled from /load every second.
-import { getJSON, postJSON } from "../api.js";
-import { el, human, LineChart, showError } from "../ui.js";
+// Load / Unload buttons (/admin/models), live charts polled from /load every second, and a
+// pull (/api/pull, Ollama's NDJSON progress) with a progress bar per file.
+import { getJSON, postJSON, postNDJSON } from "../api.js";
+import { el, field, human, LineChart, showError } from "../ui.js";
 
 export default {
   id: "models",
@@ -13,7 +14,14 @@ export default {
     const charts = [new LineChart(canvases[0], "tokens/s", "#2f6fde"), new LineChart(canvases[1], "waiting", "#e06c2f"),
                     new LineChart(canvases[2], "slots in use", "#1f9d55")];
     const loadInfo = el("div", { class: "muted", id: "load-info" });
-    root.append(el("h1", { text: "Models" }),
+    const pullName = el("input", { id: "pull-name", placeholder: "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M or llama3.2:1b" });
+    const pullBtn = el("button", { id: "pull-run", text: "Pull" });
+    const pullStop = el("button", { id: "pull-stop", class: "danger", text: "Stop", disabled: true });
+    const bar = el("progress", { id: "pull-bar", max: "1", value: "0", "aria-label": "pull progress" });
+    const pullStatus = el("div", { class: "muted", id: "pull-status", role: "status" });
+    const pullCard = el("div", { class: "card" }, field("Pull a model", pullName),
+                        el("div", { class: "row" }, pullBtn, pullStop), bar, pullStatus);
+    root.append(el("h1", { text: "Models" }), pullCard,
       el("div", { class: "card charts" }, ...canvases.map((c, i) => el("div", {}, c))), loadInfo,
       el("div", { class: "card scroll" }, el("table", {}, el("thead", {}, el("tr", {},
         ...["Model", "Kind", "Format", "Size", "State", "Memory", "Expires", ""].map((h) => el("th", { text: h })))),
@@ -67,11 +75,44 @@ export default {
           (l.draining ? " · DRAINING" : "");
       } catch (e) { showError(err, e); }
     }
+    let pulling = null;
+    async function pull() {
+      const name = pullName.value.trim();
+      if (!name || pulling) return;
+      showError(err, null);
+      pulling = new AbortController();
+      pullBtn.disabled = true; pullStop.disabled = false;
+      bar.value = 0;
+      const files = {};  // digest -> [completed, total]: the bar shows all files together
+      let seen = 0;
+      try {
+        await postNDJSON("/api/pull", { model: name }, pulling.signal, (ev) => {
+          if (ev.digest && ev.total) {
+            files[ev.digest] = [ev.completed || 0, ev.total];
+            const done = Object.values(files).reduce((a, f) => a + f[0], 0);
+            const total = Object.values(files).reduce((a, f) => a + f[1], 0);
+            bar.max = total; bar.value = done;
+            bar.dataset.updates = String(++seen);
+            pullStatus.textContent = `${ev.status} · ${human(done)} of ${human(total)}`;
+          } else pullStatus.textContent = ev.status;
+        });
+        if (pullStatus.textContent === "success") { bar.value = bar.max; await refresh(); }
+      } catch (e) {
+        pullStatus.textContent = e.name === "AbortError" ? "stopped" : "failed";
+        if (e.name !== "AbortError") showError(err, e);
+      } finally { pulling = null; pullBtn.disabled = false; pullStop.disabled = true; }
+    }
+    pullBtn.addEventListener("click", pull);
+    pullStop.addEventListener("click", () => { if (pulling) pulling.abort(); });
+    getJSON("/ai/v1/models").then((c) => {
+      if (!c.allow_downloads) pullStatus.textContent = "This server does not download models (start it with --allow-downloads).";
+    }).catch(() => {});
     refresh(); poll();
     const timers = [setInterval(poll, 1000), setInterval(refresh, 5000),
                     setInterval(() => tbody.querySelectorAll("tr").forEach((tr, i) => {
                       if (rows[i]) tr.querySelector(".expires").textContent = countdown(rows[i]);
                     }), 1000)];
-    return { submit: refresh, unmount: () => timers.forEach(clearInterval) };
+    return { submit: () => (pullName.value.trim() ? pull() : refresh()), stop: () => { if (pulling) pulling.abort(); },
+             unmount: () => { timers.forEach(clearInterval); if (pulling) pulling.abort(); } };
   },
 };
