@@ -46,13 +46,10 @@ def _finish(g: SchemaGrammar, root: str, reasoning: tuple[str, str] | None,
     return g.text(root, extra)
 
 
-def _through_marker(marker: str, rules: dict[str, str]) -> None:
-    """Rules `think-s<k>`: any text up to and including the first occurrence of `marker`.
-
-    A DFA over how much of the marker is matched (KMP), one rule per state, so text such as
-    '<</think>' cannot hide the marker inside a longer false start: the rule ends exactly
-    where the marker first completes.
-    """
+def _marker_steps(marker: str) -> tuple[str, list[list[tuple[int, str]]]]:
+    """A DFA over how much of `marker` is matched (KMP): the character class of every other
+    character (back to state 0), and per state the (next state, character class) pairs of the
+    marker's own characters; state len(marker) is "the marker is complete"."""
     n = len(marker)
     fail = [0] * n
     for i in range(1, n):
@@ -68,14 +65,24 @@ def _through_marker(marker: str, rules: dict[str, str]) -> None:
 
     alphabet = "".join(sorted(set(marker)))
     other = char_class(UNIVERSE - CharSet.of(alphabet))
+    states = []
     for s in range(n):
         targets: dict[int, list[str]] = {}
         for ch in alphabet:
             targets.setdefault(step(s, ch), []).append(ch)
-        alts = [f"{other} think-s0"]
-        for t, chars in sorted(targets.items()):
-            cls = char_class(CharSet.of("".join(chars)))
-            alts.append(cls if t == n else f"{cls} think-s{t}")
+        states.append([(t, char_class(CharSet.of("".join(chars)))) for t, chars in sorted(targets.items())])
+    return other, states
+
+
+def _through_marker(marker: str, rules: dict[str, str]) -> None:
+    """Rules `think-s<k>`: any text up to and including the first occurrence of `marker`.
+
+    One rule per DFA state (_marker_steps), so text such as '<</think>' cannot hide the marker
+    inside a longer false start: the rule ends exactly where the marker first completes.
+    """
+    other, states = _marker_steps(marker)
+    for s, moves in enumerate(states):
+        alts = [f"{other} think-s0"] + [cls if t == len(marker) else f"{cls} think-s{t}" for t, cls in moves]
         rules[f"think-s{s}"] = " | ".join(alts)
 
 
@@ -204,29 +211,9 @@ def strict_tools_grammar(tools: Sequence[ToolSpec], *, max_calls: int = 1, param
 def _free_text_until(marker: str, then: str, rules: dict[str, str]) -> None:
     """Rules `text-s<k>`: any text that may end anywhere, except that once it spells `marker`
     the rule `then` must follow (state k: the longest prefix of the marker just written)."""
-    n = len(marker)
-    fail = [0] * n
-    for i in range(1, n):
-        k = fail[i - 1]
-        while k and marker[i] != marker[k]:
-            k = fail[k - 1]
-        fail[i] = k + (marker[i] == marker[k])
-
-    def step(state: int, ch: str) -> int:
-        while state and ch != marker[state]:
-            state = fail[state - 1]
-        return state + (ch == marker[state])
-
-    alphabet = "".join(sorted(set(marker)))
-    other = char_class(UNIVERSE - CharSet.of(alphabet))
-    for s in range(n):
-        targets: dict[int, list[str]] = {}
-        for ch in alphabet:
-            targets.setdefault(step(s, ch), []).append(ch)
-        alts = [f"{other} text-s0"]
-        for t, chars in sorted(targets.items()):
-            cls = char_class(CharSet.of("".join(chars)))
-            alts.append(f"{cls} {then}" if t == n else f"{cls} text-s{t}")
+    other, states = _marker_steps(marker)
+    for s, moves in enumerate(states):
+        alts = [f"{other} text-s0"] + [f"{cls} {then}" if t == len(marker) else f"{cls} text-s{t}" for t, cls in moves]
         rules[f"text-s{s}"] = f'( {" | ".join(alts)} )?'
 
 
