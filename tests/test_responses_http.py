@@ -20,10 +20,10 @@ from tests.server import serve
 from tests.test_conformance_openai import check
 from tests.test_http_foundation import assert_envelope
 
-WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city", "strict": True,
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
                           "required": ["city"], "additionalProperties": False}}
-TIME = {"type": "function", "name": "get_time", "strict": True,
+TIME = {"type": "function", "name": "get_time",
         "parameters": {"type": "object", "properties": {"zone": {"enum": ["utc", "cet"]}}, "required": ["zone"],
                        "additionalProperties": False}}
 SCHEMAS = {t["name"]: t["parameters"] for t in (WEATHER, TIME)}

@@ -18,7 +18,7 @@ from tests.chat_fixtures import generator_dir
 from tests.server import serve
 
 ENDLESS = 'root ::= ([a-z]{4} " ")+ "zzzzzzzz."'
-WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city", "strict": True,
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
                           "required": ["city"], "additionalProperties": False}}
 

@@ -41,7 +41,9 @@ INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 
 
 # ---- wire request ----------------------------------------------------------------------------
-class CreateResponse(BaseModel):
+class PromptFields(BaseModel):
+    """The fields that shape the prompt: what POST /v1/responses/input_tokens counts."""
+
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
     input: str | list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_ITEMS)
@@ -51,19 +53,22 @@ class CreateResponse(BaseModel):
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
+    previous_response_id: str | None = None
+    truncation: Literal["disabled", "auto"] | None = None
+    conversation: Any = None
+
+
+class CreateResponse(PromptFields):
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     metadata: dict[str, str] | None = None
     stream: bool = False
     store: bool | None = None
-    previous_response_id: str | None = None
     background: bool | None = None
-    truncation: Literal["disabled", "auto"] | None = None
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     max_tool_calls: int | None = None
-    conversation: Any = None
     prompt: Any = None
     prompt_cache_key: str | None = Field(None, max_length=256)
     seed: int | None = None        # inferd extensions, as on chat completions
@@ -74,21 +79,7 @@ class CreateResponse(BaseModel):
     stream_options: dict[str, Any] | None = None
 
 
-class CountTokensBody(BaseModel):
-    """POST /v1/responses/input_tokens: the fields that shape the prompt."""
-
-    model_config = ConfigDict(extra="ignore")
-    model: str | None = None
-    input: str | list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_ITEMS)
-    instructions: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
-    previous_response_id: str | None = None
-    truncation: Literal["disabled", "auto"] | None = None
-    conversation: Any = None
+CountTokensBody = PromptFields
 
 
 # ---- wire -> engine (pure) -------------------------------------------------------------------
