@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import shutil
 import threading
 import time
 
@@ -19,23 +18,13 @@ from PIL import Image
 from inferd.errors import InvalidInput, NotFound, Overloaded
 from inferd.media.sources import MediaRef, parse_ref
 from inferd.scheduling.media import MediaAdmission, MediaLimits
-from tests.conftest import FIXTURES
 from tests.server import serve
-from tests.vision_helpers import data_uri, encode, store_file
+from tests.vision_helpers import data_uri, encode, read_images, reader_models, store_file
 
 MiB = 1 << 20
 PNG = encode(Image.new("RGB", (40, 30), (200, 10, 10)))
 
 
-def _models(tmp_path):
-    d = tmp_path / "models"
-    shutil.copytree(FIXTURES / "vision" / "trocr-tiny", d / "readers" / "trocr-tiny")
-    return d
-
-
-def _read(s, *urls, model="trocr-tiny"):
-    return httpx.post(s.url + "/ai/v1/read", json={"model": model, "max_tokens": 2,
-                                                   "images": [{"url": u} for u in urls]}, timeout=30)
 
 
 # ---- limits ----------------------------------------------------------------------------------------
@@ -116,51 +105,51 @@ def test_file_ids_never_name_paths(tmp_path):
 # ---- over HTTP -------------------------------------------------------------------------------------
 def test_malformed_images_are_400(tmp_path):
     truncated = encode(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))[:400]
-    with serve(models_dir=str(_models(tmp_path))) as s:
+    with serve(models_dir=str(reader_models(tmp_path))) as s:
         for url, needle in (("data:image/png;base64,%%%%", "base64"),
                             (data_uri(b"GIF89a this is not really a gif"), "not a readable image"),
                             (data_uri(b"hello world"), "not a readable image"),
                             (data_uri(truncated), "truncated or corrupt")):
-            r = _read(s, url)
+            r = read_images(s, url)
             assert r.status_code == 400, (url[:40], r.text)
             assert r.json()["error"] == "INVALID_REQUEST" and needle in r.json()["message"]
-        r = _read(s, "ftp://example.com/x.png")
+        r = read_images(s, "ftp://example.com/x.png")
         assert r.status_code == 400 and "scheme" in r.json()["message"]
-        assert _read(s, "file-../../etc/passwd").status_code == 404
-        assert _read(s, "file-nosuchfile").status_code == 404
-        assert _read(s, data_uri(PNG), model="nope").status_code == 404
+        assert read_images(s, "file-../../etc/passwd").status_code == 404
+        assert read_images(s, "file-nosuchfile").status_code == 404
+        assert read_images(s, data_uri(PNG), model="nope").status_code == 404
         assert s.service.registry.loaded == {}  # nothing above loaded the model
-        assert _read(s, data_uri(PNG), data_uri(encode(Image.new("L", (9, 9)), "BMP"), "BMP"),
+        assert read_images(s, data_uri(PNG), data_uri(encode(Image.new("L", (9, 9)), "BMP"), "BMP"),
                      data_uri(encode(Image.new("RGB", (20, 20)), "GIF"), "GIF")).status_code == 200
 
 
 def test_dimension_pixel_and_byte_excess_are_413_before_loading(tmp_path):
-    with serve(models_dir=str(_models(tmp_path)), max_image_dimension=256, max_concurrent_requests=1) as s:
-        r = _read(s, data_uri(Image.new("RGB", (300, 20))))
+    with serve(models_dir=str(reader_models(tmp_path)), max_image_dimension=256, max_concurrent_requests=1) as s:
+        r = read_images(s, data_uri(Image.new("RGB", (300, 20))))
         assert r.status_code == 413 and r.json()["error"] == "PAYLOAD_TOO_LARGE" and "256" in r.json()["message"]
         # 16 MiB x 1 slot = 1,048,576 pixels: two 250x... images fit the edge limit but not together
         big = data_uri(Image.new("RGB", (256, 256)))
-        r = _read(s, *[big] * 17)
+        r = read_images(s, *[big] * 17)
         assert r.status_code == 413 and "decoded-pixel budget" in r.json()["message"]
         assert s.service.registry.loaded == {} and s.service.media.held == 0
-        assert _read(s, *[big] * 2).status_code == 200
+        assert read_images(s, *[big] * 2).status_code == 200
         assert s.service.media.held == 0
         metrics = httpx.get(s.url + "/metrics").text
         assert f"inferd_media_pixel_budget_bytes {16 * MiB}" in metrics and "inferd_media_pixel_bytes_reserved 0" in metrics
-    with serve(models_dir=str(_models(tmp_path / "b")), max_media_bytes=len(PNG) + 10) as s:
-        assert _read(s, data_uri(PNG)).status_code == 200
+    with serve(models_dir=str(reader_models(tmp_path / "b")), max_media_bytes=len(PNG) + 10) as s:
+        assert read_images(s, data_uri(PNG)).status_code == 200
         # /read: the limit is per image (x the image count), so two images each under it fit
-        assert _read(s, data_uri(PNG), data_uri(PNG)).status_code == 200
-        r = _read(s, data_uri(PNG + b"\0" * 11))
+        assert read_images(s, data_uri(PNG), data_uri(PNG)).status_code == 200
+        r = read_images(s, data_uri(PNG + b"\0" * 11))
         assert r.status_code == 413 and "per-image limit" in r.json()["message"]
-    with serve(models_dir=str(_models(tmp_path / "c")), max_media_bytes=0) as s:
-        assert _read(s, data_uri(PNG)).status_code == 413
+    with serve(models_dir=str(reader_models(tmp_path / "c")), max_media_bytes=0) as s:
+        assert read_images(s, data_uri(PNG)).status_code == 413
 
 
 def test_uploaded_file_ids(tmp_path):
     store_file(tmp_path / "data", "file-img42", PNG)
-    with serve(models_dir=str(_models(tmp_path)), data_dir=str(tmp_path / "data")) as s:
-        assert _read(s, "file-img42").status_code == 200
+    with serve(models_dir=str(reader_models(tmp_path)), data_dir=str(tmp_path / "data")) as s:
+        assert read_images(s, "file-img42").status_code == 200
 
 
 class _Images(http.server.BaseHTTPRequestHandler):
@@ -200,25 +189,25 @@ def image_host():
 
 def test_remote_urls(tmp_path, image_host):
     url = image_host + "/img.png"
-    with serve(models_dir=str(_models(tmp_path))) as s:  # default: data stays on the host
-        r = _read(s, url)
+    with serve(models_dir=str(reader_models(tmp_path))) as s:  # default: data stays on the host
+        r = read_images(s, url)
         assert r.status_code == 400 and "--allow-remote-media" in r.json()["message"] and _Images.hits == 0
-    with serve(models_dir=str(_models(tmp_path / "b")), allow_remote_media=True) as s:
-        r = _read(s, url)
+    with serve(models_dir=str(reader_models(tmp_path / "b")), allow_remote_media=True) as s:
+        r = read_images(s, url)
         assert r.status_code == 400 and "private or loopback" in r.json()["message"] and _Images.hits == 0
-    with serve(models_dir=str(_models(tmp_path / "c")), allow_remote_media=True, allow_private_media_urls=True,
+    with serve(models_dir=str(reader_models(tmp_path / "c")), allow_remote_media=True, allow_private_media_urls=True,
                max_media_bytes=len(PNG) + 100) as s:
-        assert _read(s, url).status_code == 200
-        assert _read(s, image_host + "/r/3").status_code == 200
-        r = _read(s, image_host + "/r/4")
+        assert read_images(s, url).status_code == 200
+        assert read_images(s, image_host + "/r/3").status_code == 200
+        r = read_images(s, image_host + "/r/4")
         assert r.status_code == 400 and "redirects" in r.json()["message"]
-        assert _read(s, image_host + "/missing.png").status_code == 400
+        assert read_images(s, image_host + "/missing.png").status_code == 400
         # /read's budget is the per-image limit x the image count (spec 003): two fit
-        assert _read(s, url, url).status_code == 200
+        assert read_images(s, url, url).status_code == 200
 
 
 def test_capacity_is_checked_before_any_fetch(tmp_path, image_host):
-    with serve(models_dir=str(_models(tmp_path)), allow_remote_media=True, allow_private_media_urls=True,
+    with serve(models_dir=str(reader_models(tmp_path)), allow_remote_media=True, allow_private_media_urls=True,
                max_concurrent_requests=1, max_queued_requests=0) as s:
         release = threading.Event()
 
@@ -232,13 +221,13 @@ def test_capacity_is_checked_before_any_fetch(tmp_path, image_host):
         while s.service.admission.in_flight == 0 and time.time() < deadline:
             time.sleep(0.01)
         try:
-            r = _read(s, image_host + "/img.png")
+            r = read_images(s, image_host + "/img.png")
             assert r.status_code == 503 and r.json()["reason"] == "inference_capacity" and "retry-after" in r.headers
             assert _Images.hits == 0
         finally:
             release.set()
             fut.result(5)
-        assert _read(s, image_host + "/img.png").status_code == 200 and _Images.hits == 1
+        assert read_images(s, image_host + "/img.png").status_code == 200 and _Images.hits == 1
 
 
 def test_decoding_formats_exif_gif_and_alpha():
@@ -282,9 +271,9 @@ def test_remote_fetch_connects_to_the_checked_address(tmp_path, image_host, monk
     assert policy.pin("http://h/a", "2001:db8::1").url == "http://[2001:db8::1]/a"
     monkeypatch.setattr(policy, "is_public", lambda addr: True)
     host = image_host
-    with serve(models_dir=str(_models(tmp_path)), allow_remote_media=True) as s:
-        assert _read(s, host + "/img.png").status_code == 200
-        assert _read(s, host + "/r/2").status_code == 200
+    with serve(models_dir=str(reader_models(tmp_path)), allow_remote_media=True) as s:
+        assert read_images(s, host + "/img.png").status_code == 200
+        assert read_images(s, host + "/r/2").status_code == 200
     assert _Images.hits == 4
 
 

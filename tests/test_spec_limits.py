@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import shutil
 import threading
 import time
 
@@ -17,23 +16,13 @@ from PIL import Image
 from inferd.config import load_settings
 from inferd.errors import ConfigError
 from inferd.scheduling.media import MediaLimits
-from tests.conftest import FIXTURES
 from tests.server import serve
-from tests.vision_helpers import data_uri, encode
+from tests.vision_helpers import data_uri, encode, read_images, reader_models
 
 MiB = 1 << 20
 PNG = encode(Image.new("RGB", (40, 30), (200, 10, 10)))
 
 
-def _models(tmp_path):
-    d = tmp_path / "models"
-    shutil.copytree(FIXTURES / "vision" / "trocr-tiny", d / "readers" / "trocr-tiny")
-    return d
-
-
-def _read(s, *urls, model="trocr-tiny"):
-    return httpx.post(s.url + "/ai/v1/read", json={"model": model, "max_tokens": 2,
-                                                   "images": [{"url": u} for u in urls]}, timeout=60)
 
 
 def test_read_budget_follows_the_spec_formula():
@@ -50,7 +39,7 @@ def test_read_budget_follows_the_spec_formula():
 
 
 def test_read_is_admitted_before_the_model_is_resolved(tmp_path):
-    with serve(models_dir=str(_models(tmp_path)), max_concurrent_requests=1, max_queued_requests=0) as s:
+    with serve(models_dir=str(reader_models(tmp_path)), max_concurrent_requests=1, max_queued_requests=0) as s:
         release = threading.Event()
 
         async def hold():
@@ -63,23 +52,23 @@ def test_read_is_admitted_before_the_model_is_resolved(tmp_path):
         while s.service.admission.in_flight == 0 and time.time() < deadline:
             time.sleep(0.01)
         try:
-            r = _read(s, data_uri(PNG), model="no-such-reader")
+            r = read_images(s, data_uri(PNG), model="no-such-reader")
             assert r.status_code == 503 and r.json()["reason"] == "inference_capacity", r.text
         finally:
             release.set()
             fut.result(5)
-        r = _read(s, data_uri(PNG), model="no-such-reader")  # with capacity: the unknown name
+        r = read_images(s, data_uri(PNG), model="no-such-reader")  # with capacity: the unknown name
         assert r.status_code == 404 and r.json()["error"] == "MODEL_NOT_FOUND"
 
 
 def test_read_per_image_and_batch_limits(tmp_path):
     noise = encode(Image.fromarray(np.random.default_rng(0).integers(0, 255, (60, 60, 3), dtype=np.uint8)))
     per = len(noise) + 16
-    with serve(models_dir=str(_models(tmp_path)), max_media_bytes=per, max_read_batch_bytes=3 * per) as s:
-        assert _read(s, data_uri(noise), data_uri(noise), data_uri(noise)).status_code == 200  # each under per
-        r = _read(s, data_uri(noise + b"\0" * 17))
+    with serve(models_dir=str(reader_models(tmp_path)), max_media_bytes=per, max_read_batch_bytes=3 * per) as s:
+        assert read_images(s, data_uri(noise), data_uri(noise), data_uri(noise)).status_code == 200  # each under per
+        r = read_images(s, data_uri(noise + b"\0" * 17))
         assert r.status_code == 413 and "per-image limit" in r.json()["message"]
-        r = _read(s, *[data_uri(noise)] * 4)  # 4 x per > the batch limit
+        r = read_images(s, *[data_uri(noise)] * 4)  # 4 x per > the batch limit
         assert r.status_code == 413 and "media budget" in r.json()["message"]
         assert s.service.registry.loaded.keys() <= {"trocr-tiny"}
 
@@ -87,8 +76,8 @@ def test_read_per_image_and_batch_limits(tmp_path):
 def test_body_limit_is_no_smaller_than_the_media_budget(tmp_path):
     noise = encode(Image.fromarray(np.random.default_rng(1).integers(0, 255, (160, 160, 3), dtype=np.uint8)))
     assert len(noise) > 64 * 1024
-    with serve(models_dir=str(_models(tmp_path)), max_body_bytes="64KiB", max_concurrent_requests=4) as s:
-        assert _read(s, data_uri(noise)).status_code == 200  # the body is over 64 KiB; the image is in budget
+    with serve(models_dir=str(reader_models(tmp_path)), max_body_bytes="64KiB", max_concurrent_requests=4) as s:
+        assert read_images(s, data_uri(noise)).status_code == 200  # the body is over 64 KiB; the image is in budget
         r = httpx.post(s.url + "/ai/v1/chunk", json={"input": "word " * 20_000})
         assert r.status_code == 413  # routes without images keep --max-body-bytes
         # a body over the read budget (16 MiB x 4 = 64 MiB, as base64, plus margin) is still refused unread
@@ -119,9 +108,9 @@ def test_config_file_takes_the_spec_names(tmp_path):
 
 
 def test_zero_concurrency_is_unbounded(tmp_path):
-    with serve(models_dir=str(_models(tmp_path)), max_concurrent_requests=0) as s:
+    with serve(models_dir=str(reader_models(tmp_path)), max_concurrent_requests=0) as s:
         assert s.service.admission.max_in_flight >= 10**6
-        assert _read(s, data_uri(PNG)).status_code == 200
-    with serve(models_dir=str(_models(tmp_path / "b")), max_media_bytes=0) as s:
-        r = _read(s, data_uri(PNG))  # a zero download limit disables nonempty media
+        assert read_images(s, data_uri(PNG)).status_code == 200
+    with serve(models_dir=str(reader_models(tmp_path / "b")), max_media_bytes=0) as s:
+        r = read_images(s, data_uri(PNG))  # a zero download limit disables nonempty media
         assert r.status_code == 413

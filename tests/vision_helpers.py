@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -43,3 +44,18 @@ def store_file(data_dir: Path, file_id: str, raw: bytes, filename: str = "page.p
     (root / f"{file_id}.json").write_text(json.dumps({"id": file_id, "bytes": len(raw), "created_at": int(time.time()),
                                                       "filename": filename, "purpose": "vision",
                                                       "content_type": "image/png"}))
+
+
+def reader_models(tmp_path: Path) -> Path:
+    """A models dir holding the tiny TrOCR fixture as readers/trocr-tiny."""
+    d = tmp_path / "models"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "vision" / "trocr-tiny", d / "readers" / "trocr-tiny")
+    return d
+
+
+def read_images(s, *urls: str, model: str = "trocr-tiny", timeout: float = 60):
+    """POST /ai/v1/read of these image URLs (2 tokens each)."""
+    import httpx
+
+    return httpx.post(s.url + "/ai/v1/read", json={"model": model, "max_tokens": 2,
+                                                   "images": [{"url": u} for u in urls]}, timeout=timeout)

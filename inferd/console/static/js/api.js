@@ -59,60 +59,62 @@ export async function postJSON(path, data, signal) {
   return { body, headers: res.headers };
 }
 
-// POST and read a text/event-stream: onData(obj) for each `data:` JSON frame until [DONE].
-export async function postSSE(path, data, signal, onData) {
-  const res = await request(path, { method: "POST", body: JSON.stringify(data), signal,
-                                    headers: { "Content-Type": "application/json", "Accept": "text/event-stream" } });
+// POST `data` as JSON; the response, or the server's error as an Error.
+async function postStream(path, data, signal, accept) {
+  const headers = { "Content-Type": "application/json" };
+  if (accept) headers.Accept = accept;
+  const res = await request(path, { method: "POST", body: JSON.stringify(data), signal, headers });
   if (!res.ok) {
     const body = await res.json().catch(() => null);
     throw new Error(errorText(body, res.status));
   }
+  return res;
+}
+
+// Each `sep`-separated frame of a streamed body, in order; onFrame returns true to stop.
+// What is left after the last separator is returned.
+async function eachFrame(res, sep, onFrame) {
   const reader = res.body.getReader(), dec = new TextDecoder();
   let buf = "";
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) break;
+    if (done) return buf;
     buf += dec.decode(value, { stream: true });
     let cut;
-    while ((cut = buf.indexOf("\n\n")) >= 0) {
+    while ((cut = buf.indexOf(sep)) >= 0) {
       const frame = buf.slice(0, cut);
-      buf = buf.slice(cut + 2);
-      const lines = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart());
-      if (!lines.length) continue;
-      const text = lines.join("\n");
-      if (text === "[DONE]") return;
-      const obj = JSON.parse(text);
-      if (obj.error) throw new Error(errorText(obj, 500));
-      onData(obj);
+      buf = buf.slice(cut + sep.length);
+      if (onFrame(frame)) return "";
     }
   }
 }
 
+function checked(obj) {
+  if (obj.error) throw new Error(errorText(obj, 500));
+  return obj;
+}
+
+// POST and read a text/event-stream: onData(obj) for each `data:` JSON frame until [DONE].
+export async function postSSE(path, data, signal, onData) {
+  const res = await postStream(path, data, signal, "text/event-stream");
+  await eachFrame(res, "\n\n", (frame) => {
+    const lines = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart());
+    if (!lines.length) return false;
+    const text = lines.join("\n");
+    if (text === "[DONE]") return true;
+    onData(checked(JSON.parse(text)));
+    return false;
+  });
+}
+
 // POST and read an NDJSON stream (Ollama's progress lines): onData(obj) per line.
 export async function postNDJSON(path, data, signal, onData) {
-  const res = await request(path, { method: "POST", body: JSON.stringify(data), signal,
-                                    headers: { "Content-Type": "application/json" } });
-  if (!res.ok) {
-    const body = await res.json().catch(() => null);
-    throw new Error(errorText(body, res.status));
-  }
-  const reader = res.body.getReader(), dec = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let cut;
-    while ((cut = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, cut).trim();
-      buf = buf.slice(cut + 1);
-      if (!line) continue;
-      const obj = JSON.parse(line);
-      if (obj.error) throw new Error(errorText(obj, 500));
-      onData(obj);
-    }
-  }
-  if (buf.trim()) onData(JSON.parse(buf));
+  const res = await postStream(path, data, signal, null);
+  const rest = await eachFrame(res, "\n", (line) => {
+    if (line.trim()) onData(checked(JSON.parse(line)));
+    return false;
+  });
+  if (rest.trim()) onData(checked(JSON.parse(rest)));
 }
 
 // Models of one kind ("generators", "embedders", ...) from the Antfly catalog.
