@@ -21,7 +21,8 @@ from inferd.net import policy
 from inferd.net.policy import FetchPolicy
 from tests.fake_hub import FakeHub
 from tests.server import serve
-from tests.test_media_admission import PNG, _models, _read
+from tests.test_media_admission import PNG
+from tests.vision_helpers import read_images, reader_models
 from tests.test_pull_hub import TINY, gguf_repo
 
 MT = "application/vnd.ollama.image."
@@ -110,7 +111,7 @@ def slow_host():
 
 
 def test_media_fetch_timeout_bounds_the_whole_fetch(tmp_path, slow_host):
-    with serve(models_dir=str(_models(tmp_path)), allow_remote_media=True, allow_private_media_urls=True,
+    with serve(models_dir=str(reader_models(tmp_path)), allow_remote_media=True, allow_private_media_urls=True,
                media_fetch_timeout=2) as s:
         t0 = time.monotonic()
         try:
@@ -180,8 +181,8 @@ def test_media_redirect_to_loopback_is_refused(tmp_path):
     threading.Thread(target=a.serve_forever, daemon=True).start()
     try:
         _Hop.hits = []
-        with serve(models_dir=str(_models(tmp_path)), allow_remote_media=True) as s:
-            r = _read(s, f"http://127.0.0.1:{a.server_address[1]}/go")
+        with serve(models_dir=str(reader_models(tmp_path)), allow_remote_media=True) as s:
+            r = read_images(s, f"http://127.0.0.1:{a.server_address[1]}/go")
             assert r.status_code == 400 and "private or loopback" in r.json()["message"]
         assert _Hop.hits == []
     finally:

@@ -141,11 +141,12 @@ def test_files_survive_restart_and_partials_are_never_listed(tmp_path):
 
 def test_an_uploaded_image_is_read_by_file_id(tmp_path):
     """End to end with the readers: upload through the openai client, reference the id."""
-    from tests.test_media_admission import PNG, _models, _read
+    from tests.test_media_admission import PNG
+    from tests.vision_helpers import read_images, reader_models
 
-    with serve(models_dir=str(_models(tmp_path)), data_dir=str(tmp_path / "data")) as s:
+    with serve(models_dir=str(reader_models(tmp_path)), data_dir=str(tmp_path / "data")) as s:
         f = client(s).files.create(file=("page.png", PNG, "image/png"), purpose="vision")
-        r = _read(s, f.id)
+        r = read_images(s, f.id)
         assert r.status_code == 200, r.text
         client(s).files.delete(f.id)
-        assert _read(s, f.id).status_code == 404
+        assert read_images(s, f.id).status_code == 404
