@@ -19,9 +19,19 @@ from inferd.service import InferenceService
 
 
 def free_port() -> int:
+    """A port that was free a moment ago, for a server in a child process (which must bind it
+    itself). In-process servers use `serve`, which binds first and keeps the socket: no race."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _bound_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.set_inheritable(True)
+    return sock
 
 
 class Running:
@@ -44,11 +54,14 @@ def serve(settings: Settings | None = None, **overrides: Any) -> Iterator[Runnin
         settings = load_settings(overrides)
     service = InferenceService.from_settings(settings)
     app = create_app(settings, service)
-    port = free_port()
+    # The socket is bound here and handed to uvicorn, so no other process can take the port
+    # between choosing it and listening on it (the bind-then-release race).
+    sock = _bound_socket()
+    port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None,
                                            access_log=False, lifespan="on", http=http_protocol()))
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(sockets=[sock]),), daemon=True)
     thread.start()
     deadline = time.time() + 20
     while not server.started:
@@ -61,3 +74,4 @@ def serve(settings: Settings | None = None, **overrides: Any) -> Iterator[Runnin
         server.should_exit = True
         thread.join(timeout=20)
         loop.close()
+        sock.close()

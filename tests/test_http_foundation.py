@@ -92,7 +92,7 @@ def test_curl_style_form_content_type_is_parsed_as_json(srv):
 
 
 def test_request_id_and_cors(srv):
-    # Loopback pages are allowed by default (other origins: tests/test_hardening_browser.py).
+    # Loopback pages are allowed by default (other origins: tests/test_security_browser.py).
     r = httpx.get(srv.url + "/v1/models", headers={"x-request-id": "abc123", "origin": "http://localhost:3000"})
     assert r.headers["x-request-id"] == "abc123"
     assert r.headers["access-control-allow-origin"] == "http://localhost:3000"

@@ -11,35 +11,15 @@ import httpx
 import pytest
 
 from tests.chat_fixtures import generator_dir
+from tests.lora_helpers import greedy, lora_server, set_lora, slow_decode, unset_lora, wait_until
 from tests.server import serve
 from tests.test_http_foundation import assert_envelope
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("models")
-    generator_dir(d, "tiny", n_ctx=256, loras={"style": "file", "folded": "folder"})
-    generator_dir(d, "other", n_ctx=256)
-    with serve(models_dir=str(d), parallel=4, threads=1) as s:
+    with lora_server(tmp_path_factory.mktemp("models")) as s:
         yield s
-
-
-def greedy(srv, model="tiny", n=24):
-    """Generated token ids (Ollama's `context` holds prompt + output)."""
-    r = httpx.post(srv.url + "/api/generate", json={"model": model, "prompt": "hello world", "raw": True,
-                                                     "stream": False, "options": {"temperature": 0, "num_predict": n}},
-                   timeout=60)
-    assert r.status_code == 200, r.text
-    j = r.json()
-    return j["context"][j["prompt_eval_count"]:]
-
-
-def set_lora(srv, **body):
-    return httpx.post(srv.url + "/set_lora", json=body, timeout=60)
-
-
-def unset_lora(srv, **body):
-    return httpx.post(srv.url + "/unset_lora", json=body, timeout=60)
 
 
 def catalog(srv, model="tiny"):
@@ -98,18 +78,6 @@ def test_model_may_be_omitted_with_one_generator(tmp_path):
         assert greedy(s, "solo") == base
 
 
-def slow_decode(handle, seconds):
-    rt = handle.backend
-    real = rt.decode
-
-    def decode(entries):
-        time.sleep(seconds)
-        return real(entries)
-
-    rt.decode = decode
-    return lambda: rt.__dict__.pop("decode", None)
-
-
 def test_switch_waits_for_active_requests_and_holds_later_ones(srv):
     base, other = greedy(srv, n=20), greedy(srv, "other")
     set_lora(srv, model="tiny", name="style")
@@ -126,7 +94,7 @@ def test_switch_waits_for_active_requests_and_holds_later_ones(srv):
         first = threading.Thread(target=run, args=("first", lambda: greedy(srv, n=20)))
         started = time.monotonic()
         first.start()
-        time.sleep(0.3)  # the first request is generating
+        wait_until(lambda: rt.engine.active == 1)  # the first request is generating
         switch = threading.Thread(target=run, args=("switch", lambda: set_lora(srv, model="tiny", name="style")))
         switch.start()
         time.sleep(0.2)

@@ -14,30 +14,18 @@ import httpx
 import openai
 import pytest
 
-from tests.chat_fixtures import generator_dir
-from tests.server import serve
+from tests.lora_helpers import PROMPT, greedy, lora_server, set_lora, slow_decode, unset_lora, wait_until
 from tests.test_http_foundation import assert_envelope
-from tests.test_lora_http import set_lora, slow_decode, unset_lora
-
-PROMPT = "hello world"
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("models")
-    generator_dir(d, "tiny", n_ctx=256, loras={"style": "file", "folded": "folder"})
-    generator_dir(d, "other", n_ctx=256)
-    with serve(models_dir=str(d), parallel=4, threads=1) as s:
+    with lora_server(tmp_path_factory.mktemp("models")) as s:
         yield s
 
 
 def ollama(srv, model="tiny", n=24, **extra):
-    r = httpx.post(srv.url + "/api/generate", json={"model": model, "prompt": PROMPT, "raw": True, "stream": False,
-                                                     "options": {"temperature": 0, "num_predict": n}, **extra},
-                   timeout=60)
-    assert r.status_code == 200, r.text
-    j = r.json()
-    return j["context"][j["prompt_eval_count"]:]
+    return greedy(srv, model, n, **extra)
 
 
 def completion(srv, model="tiny", n=24, **extra):
@@ -160,10 +148,7 @@ def test_two_adapter_sets_stream_at_once_and_both_progress(srv):
     try:
         ta = threading.Thread(target=stream_tokens, args=(srv, a_set, 40, got, "a"))
         ta.start()
-        deadline = time.monotonic() + 20
-        while handle.engine.active == 0:  # A is admitted and generating
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: handle.engine.active > 0)  # A is admitted and generating
         time.sleep(0.2)
         tb = threading.Thread(target=stream_tokens, args=(srv, b_set, 40, got, "b"))
         tb.start()
@@ -192,10 +177,7 @@ def test_a_request_with_its_own_set_does_not_wait_for_a_default_switch(srv):
     try:
         first = threading.Thread(target=run, args=("first", lambda: ollama(srv, n=30)))
         first.start()
-        deadline = time.monotonic() + 20
-        while handle.engine.active == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: handle.engine.active > 0)
         switch = threading.Thread(target=run, args=("switch", lambda: set_lora(srv, model="tiny", name="style")))
         switch.start()
         time.sleep(0.2)  # the switch waits for `first`

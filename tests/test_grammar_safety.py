@@ -18,7 +18,7 @@ from inferd.chat.gbnf import check_gbnf
 from inferd.chat.grammar import json_schema_grammar
 from inferd.errors import InvalidInput
 from tests.chat_fixtures import HI, TINY, generator_dir
-from tests.hardening_util import alive, child_server
+from tests.child_server import alive, child_server
 
 CRASHING = [  # GBNF text (escapes are GBNF's own)
     r'root ::= "\x00"',

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.chat_fixtures import generator_dir
-from tests.hardening_util import child_server
+from tests.child_server import child_server
 
 ONNX = Path(__file__).parent / "fixtures" / "onnx"
 

@@ -1,5 +1,5 @@
-"""Helpers for the hardening tests: a real `inferd serve` in a child process (so a request
-that would abort the process fails the test instead of killing pytest), and raw sockets."""
+"""A real `inferd serve` in a child process (so a request that would abort the process fails
+the test instead of killing pytest), and raw sockets."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -21,12 +22,18 @@ from tests.server import free_port
 @contextlib.contextmanager
 def child_server(models_dir: Path | None, *flags: str, env: dict[str, str] | None = None,
                  wait: bool = True) -> Iterator[tuple[str, subprocess.Popen]]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "inferd", "serve", "--port", str(port), "--no-builtins", "--threads", "1",
-           "--models-dir", str(models_dir or "/nonexistent/models"), "--ml-dir", "/nonexistent/ml", *flags]
-    # The log goes to a file: a pipe nobody reads fills up and blocks the server.
-    log = tempfile.NamedTemporaryFile("w+b", prefix="inferd-child-", suffix=".log")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})
+    # The child binds the port itself, so another process may take it between free_port() and
+    # the bind: a start that fails with "address already in use" is retried on a new port.
+    for attempt in range(3):
+        port = free_port()
+        cmd = [sys.executable, "-m", "inferd", "serve", "--port", str(port), "--no-builtins", "--threads", "1",
+               "--models-dir", str(models_dir or "/nonexistent/models"), "--ml-dir", "/nonexistent/ml", *flags]
+        # The log goes to a file: a pipe nobody reads fills up and blocks the server.
+        log = tempfile.NamedTemporaryFile("w+b", prefix="inferd-child-", suffix=".log")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})
+        if not wait or not _lost_port_race(proc, log, port) or attempt == 2:
+            break
+        log.close()
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -49,6 +56,21 @@ def child_server(models_dir: Path | None, *flags: str, env: dict[str, str] | Non
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _lost_port_race(proc: subprocess.Popen, log: Any, port: int) -> bool:
+    """Wait until the child listens on `port` or exits; True when it exited because the port
+    was taken (then the caller starts another on a new port)."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            return b"address already in use" in log.read().lower()
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return False
+        time.sleep(0.05)
+    return False
 
 
 def alive(url: str, proc: subprocess.Popen) -> bool:

@@ -1,5 +1,7 @@
-"""Bad client input that used to surface as a 500 (or crash start-up), found in review; each
-is now a clear 400 in the face's envelope, or is handled. Plus /metrics token counting."""
+"""Wire values at the edge of what JSON can say (NaN, Infinity, 1e400, 400-digit integers,
+a keep-alive past datetime's range, a batch item of the wrong type, a broken manifest): each
+is a clear 400 in the face's envelope, or is handled, never a 500 or a failed start-up.
+Plus /metrics token counting on the same server."""
 
 import datetime as dt
 import shutil
