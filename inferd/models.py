@@ -32,9 +32,9 @@ class ModelKind(str, Enum):
     def plural(self) -> str:
         return self.value + "s"
 
+# What each kind is (its folder under models_dir, loaders, capabilities, catalogs) is its
+# module in inferd/kinds; the one table of them is inferd.kinds.KINDS.
 
-# Antfly layout: <models_dir>/<plural kind>/<served name>/...
-KIND_DIRS: dict[str, ModelKind] = {k.plural: k for k in ModelKind if k is not ModelKind.PREDICTOR}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The layering DESIGN.md promises, checked on the source: runtimes are leaves (they import
-nothing from service, registry, scheduling or api), nothing below api/ imports the web
-framework, and inferd/ has no import cycle among its modules."""
+nothing from service, registry, scheduling, api or the kinds table), nothing below api/
+imports the web framework, the kinds table (inferd/kinds) is cheap to read from the registry
+(at module level it imports only the neutral base; runtimes, schedulers and handles only
+inside its loaders), and inferd/ has no import cycle among its modules."""
 
 from __future__ import annotations
 
@@ -56,8 +58,39 @@ def test_runtimes_are_leaves():
         if not name.startswith("inferd.runtimes"):
             continue
         for imp in imports(path):
-            if imp.startswith(("inferd.service", "inferd.registry", "inferd.scheduling", "inferd.api")):
+            if imp.startswith(("inferd.service", "inferd.registry", "inferd.scheduling", "inferd.api",
+                               "inferd.kinds")):
                 bad.append(f"{name} imports {imp}")
+    assert not bad, "\n".join(bad)
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Imports run when the module is imported: not those in functions or under TYPE_CHECKING."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= imports_in(node, path)
+    return found
+
+
+def test_the_kinds_table_imports_only_the_base_at_module_level():
+    """The registry reads the table at discovery: importing it must not import a runtime, a
+    scheduler, the service or the registry (which would also be a cycle)."""
+    base = ("inferd.models", "inferd.errors", "inferd.kinds")
+    kinds = {n: p for n, p in MODULES.items() if n == "inferd.kinds" or n.startswith("inferd.kinds.")}
+    assert len(kinds) >= 12  # the package, spec.py and one module per kind
+    bad = [f"{name} imports {imp} at module level" for name, path in kinds.items()
+           for imp in module_level_imports(path) if not imp.startswith(base)]
+    assert not bad, "\n".join(bad)
+
+
+def test_schedulers_and_the_base_do_not_import_the_kinds_table():
+    bad = []
+    for name, path in MODULES.items():
+        if name.startswith(("inferd.scheduling", "inferd.models", "inferd.errors", "inferd.types", "inferd.text",
+                            "inferd.chat")):
+            bad += [f"{name} imports {imp}" for imp in imports(path) if imp.startswith("inferd.kinds")]
     assert not bad, "\n".join(bad)
 
 

@@ -15,7 +15,8 @@ from inferd.registry.discovery import make_spec
 from inferd.registry.spec import ModelKind
 from inferd.runtimes.seq2seq.decoding import DecodeParams, Greedy, process
 from inferd.runtimes.seq2seq.files import locate
-from inferd.service.rewriting import RewriteOptions, load_rewriter
+from inferd.kinds.rewriter import load_rewriter
+from inferd.service.rewriting import RewriteOptions
 
 S2S = Path(__file__).parent / "fixtures" / "seq2seq"
 T5 = json.loads((S2S / "reference-t5.json").read_text())

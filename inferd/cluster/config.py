@@ -24,7 +24,8 @@ from typing import Any
 
 from inferd.config import parse_size
 from inferd.errors import ConfigError
-from inferd.models import KIND_DIRS, ModelKind
+from inferd.kinds import parse_kind
+from inferd.models import ModelKind
 
 _KEYS = {"name", "kind", "path", "num_replicas", "autoscaling", "num_cpus", "memory", "resources",
          "max_replicas_per_node", "parallel", "threads", "max_queued_requests"}
@@ -66,7 +67,7 @@ def _kind(value: Any, where: str) -> ModelKind | None:
     if value is None:
         return None
     w = str(value).strip().lower()
-    kind = KIND_DIRS.get(w) or next((k for k in ModelKind if k.value == w), None)
+    kind = parse_kind(w)
     if kind is None:
         raise ConfigError(f"{where}: unknown kind {value!r} (one of {', '.join(k.value for k in ModelKind)})")
     return kind

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from inferd.kinds import KINDS
 from inferd.observability.drain import Drain
 from inferd.observability.llamacpp import render_llamacpp
 from inferd.observability.prom import LATENCY_BUCKETS, Family, Histogram, render
@@ -36,13 +37,15 @@ def rss_bytes() -> int:
         return 0
 
 
-def engine_of(rt: Any) -> Any:
-    """The continuous-batching engine of a loaded generator, or None."""
-    return getattr(rt, "engine", None) or getattr(getattr(rt, "backend", None), "engine", None)
+def engine_of(spec: Any, handle: Any) -> Any:
+    """The continuous-batching engine of a loaded generator, or None: its kind says (the kinds
+    table's `observe`), and every handle names its scheduler `scheduler`."""
+    return handle.scheduler if KINDS[spec.kind].observe == "engine" else None
 
 
-def batcher_of(rt: Any) -> Any:
-    return getattr(rt, "batcher", None) or getattr(getattr(rt, "encoder", None), "batcher", None)
+def batcher_of(spec: Any, handle: Any) -> Any:
+    """The dynamic batcher of a loaded encoder (embedder, reader, ...), or None."""
+    return handle.scheduler if KINDS[spec.kind].observe == "batch" else None
 
 
 def slot_params(job: Any) -> dict[str, Any]:
@@ -105,20 +108,20 @@ class Observer:
                 self.load_seconds[spec_.name] = time.perf_counter() - t0
                 # Approximate when two models load at once: both see the other's growth.
                 self.resident[spec_.name] = max(0, rss_bytes() - rss0)
-                self.attach(spec_.name, rt)
+                self.attach(spec_, rt)
                 return rt
 
             return load
 
         return observed_lookup
 
-    def attach(self, name: str, rt: Any) -> None:
-        eng = engine_of(rt)
+    def attach(self, spec: Any, rt: Any) -> None:
+        eng = engine_of(spec, rt)
         if eng is not None:
-            eng.stats = self.gen.setdefault(name, GenStats())
-        b = batcher_of(rt)
+            eng.stats = self.gen.setdefault(spec.name, GenStats())
+        b = batcher_of(spec, rt)
         if b is not None:
-            b.observed = self.enc.setdefault(name, EncStats())
+            b.observed = self.enc.setdefault(spec.name, EncStats())
 
     # ---- views --------------------------------------------------------------------------------
     def _loaded(self) -> list[tuple[str, Any, Any]]:
@@ -128,7 +131,7 @@ class Observer:
         """Cheap: a few attribute reads per loaded model, no lock taken."""
         models: dict[str, dict[str, Any]] = {}
         for name, spec, rt in self._loaded():
-            eng, b = engine_of(rt), batcher_of(rt)
+            eng, b = engine_of(spec, rt), batcher_of(spec, rt)
             if eng is not None:
                 slots = len(eng.slots)
                 running = eng.active
@@ -152,14 +155,14 @@ class Observer:
 
     def render_llamacpp(self) -> str:
         """llama-server's llamacpp:* metric names (llamacpp.py)."""
-        engines = [e for _n, _s, rt in self._loaded() if (e := engine_of(rt)) is not None]
+        engines = [e for _n, s, rt in self._loaded() if (e := engine_of(s, rt)) is not None]
         return render_llamacpp(self.gen, engines)
 
     def slots_view(self, model: str | None = None) -> list[dict[str, Any]]:
         """llama-server's GET /slots, one entry per slot of each loaded generator (or of `model`)."""
         out = []
-        for name, _spec, rt in self._loaded():
-            eng = engine_of(rt)
+        for name, spec, rt in self._loaded():
+            eng = engine_of(spec, rt)
             if eng is None or (model is not None and name != model):
                 continue
             n_ctx = getattr(eng.backend, "n_ctx_seq", 0)
@@ -180,7 +183,7 @@ class Observer:
                 }
                 if self.show_prompts:
                     try:
-                        row["prompt"] = getattr(rt, "backend", rt).detokenize(cache) if cache else ""
+                        row["prompt"] = rt.runtime.detokenize(cache) if cache else ""
                     except Exception:  # a partial multi-byte piece: show what decodes
                         log.debug("detokenizing slot %d failed", slot.id, exc_info=True)
                         row["prompt"] = ""
@@ -249,12 +252,12 @@ class Observer:
         res = F("inferd_model_resident_bytes", "gauge",
                 "Estimated resident size of a loaded model (weights + KV cache; what --max-memory counts).")
         rss = F("inferd_model_load_rss_bytes", "gauge", "Process resident memory grown by the model's last load.")
-        for name, _spec, rt in sorted(self._loaded(), key=lambda t: t[0]):
+        for name, spec, rt in sorted(self._loaded(), key=lambda t: t[0]):
             loaded.add(1, model=name)
             entry = self.registry.loaded.get(name)
             if entry is not None:
-                res.add(int(getattr(entry, "size_bytes", 0) or 0), model=name)
-            eng, b = engine_of(rt), batcher_of(rt)
+                res.add(entry.size_bytes, model=name)
+            eng, b = engine_of(spec, rt), batcher_of(spec, rt)
             if eng is not None:
                 n_ctx = getattr(eng.backend, "n_ctx_seq", 0)
                 running.add(eng.active, model=name)
@@ -283,7 +286,7 @@ class Observer:
         for m, n in sorted(self.load_failures.items()):
             lfail.add(n, model=m)
         for spec in sorted(self.registry.specs.values(), key=lambda s: s.name):
-            if getattr(spec, "size_bytes", None):
+            if spec.size_bytes:
                 size.add(spec.size_bytes, model=spec.name)
         drain = F("inferd_draining", "gauge", "1 while the server drains (refuses new requests).")
         drain.add(1 if self.drain.draining else 0)

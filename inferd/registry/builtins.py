@@ -199,7 +199,7 @@ def whisper_tiny_en_transcriber() -> ModelSpec | None:
     folder = d / "model" if d is not None else None
     if folder is None or not (folder / "model.bin").is_file() or not (folder / "tokenizer.json").is_file():
         return None
-    from inferd.registry.discovery import speech_capabilities
+    from inferd.kinds.transcriber import speech_capabilities
 
     return ModelSpec(name="whisper-tiny.en", kind=ModelKind.TRANSCRIBER, format="ctranslate2", path=folder,
                      source="builtin", size_bytes=(folder / "model.bin").stat().st_size,

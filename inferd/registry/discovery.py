@@ -1,5 +1,7 @@
 """Find models on disk: the Antfly layout under models_dir, predictors under ml_dir, and
-`--model [kind:]NAME=PATH` entries. Pure file inspection: nothing is loaded here."""
+`--model [kind:]NAME=PATH` entries. Pure file inspection: nothing is loaded here. What makes
+a folder a model of some kind, and what its files say, is each kind's rule in the kinds
+table (inferd/kinds); this module walks the folders and applies them."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from inferd.errors import ConfigError
-from inferd.models import (KIND_DIRS, MANIFEST, PREDICTOR_NAME, TABULAR_FILE, ModelKind, ModelSpec,
-                           model_ggufs, onnx_files)
+from inferd.kinds import (FALLBACK, KINDS, AmbiguousKind, kind_dirs, kind_of_architecture, kind_of_format,
+                          parse_kind)
+from inferd.kinds.spec import architectures, declared
+from inferd.models import MANIFEST, PREDICTOR_NAME, TABULAR_FILE, ModelKind, ModelSpec, model_ggufs, onnx_files
 
 log = logging.getLogger("inferd.registry")
 
@@ -24,11 +28,6 @@ _MAX_DEPTH = 4  # org/name/variant is as deep as served names go in practice
 class Discovery:
     specs: list[ModelSpec] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)   # shown at start and by `inferd models`
-
-
-def parse_kind(word: str) -> ModelKind | None:
-    w = word.strip().lower()
-    return KIND_DIRS.get(w) or next((k for k in ModelKind if k.value == w or k.plural == w), None)
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -70,84 +69,29 @@ def detect_format(path: Path) -> str | None:
     return None
 
 
-def _architectures(folder: Path) -> list[str]:
-    cfg = folder / "config.json"
-    if not cfg.is_file():
-        return []
-    try:
-        return list(json.loads(cfg.read_text()).get("architectures") or [])
-    except (ValueError, AttributeError):
-        return []
-
-
 def infer_kind(path: Path, fmt: str, manifest: dict[str, Any]) -> ModelKind:
-    """Kind of a model given by path alone (for --model NAME=PATH without a kind: prefix)."""
+    """Kind of a model given by path alone (for --model NAME=PATH without a kind: prefix):
+    the manifest's `type`, else the kind its format makes, else its config.json architecture,
+    else an embedder (the kinds table, inferd/kinds)."""
     if manifest.get("type"):
         kind = parse_kind(str(manifest["type"]))
         if kind is None:
             raise ValueError(f"{path}: unknown model type {manifest['type']!r} in {MANIFEST}")
         return kind
-    simple = {"gguf": ModelKind.GENERATOR, "tabular": ModelKind.PREDICTOR,
-              "ctranslate2": ModelKind.TRANSCRIBER, "spacy": ModelKind.EXTRACTOR}
-    if fmt in simple:
-        return simple[fmt]
-    arch = " ".join(_architectures(path)) if path.is_dir() else ""
-    if "TokenClassification" in arch:
-        raise ValueError(f"{path}: a token classifier may be a chunker or an extractor; "
-                         "say which with kind:NAME=PATH or a model_manifest.json 'type'")
-    for marker, kind in (("SequenceClassification", ModelKind.RERANKER), ("Whisper", ModelKind.TRANSCRIBER),
-                         ("ForCTC", ModelKind.TRANSCRIBER), ("VisionEncoderDecoder", ModelKind.READER), ("ConditionalGeneration", ModelKind.REWRITER)):
-        if marker in arch:
-            return kind
-    return ModelKind.EMBEDDER
+    by_format = kind_of_format(fmt)
+    if by_format is not None:
+        return by_format
+    try:
+        by_arch = kind_of_architecture(" ".join(architectures(path)) if path.is_dir() else "")
+    except AmbiguousKind as e:
+        raise ValueError(f"{path}: {e}; say which with kind:NAME=PATH or a model_manifest.json 'type'") from e
+    return by_arch or FALLBACK
 
 
 def infer_capabilities(kind: ModelKind, fmt: str, path: Path, manifest: dict[str, Any]) -> frozenset[str]:
-    caps = {str(c) for c in manifest.get("capabilities") or []}
-    folder = path if path.is_dir() else path.parent
-    if kind is ModelKind.GENERATOR:
-        caps |= {"chat", "completion"}
-        if path.is_dir() and (folder / "loras").is_dir():
-            caps.add("lora")
-        if manifest.get("mmproj") or (path.is_dir() and any(folder.glob("mmproj*.gguf"))):
-            caps.add("vision")
-    elif kind is ModelKind.EMBEDDER:
-        if any("MaskedLM" in a for a in _architectures(folder)):
-            caps.add("sparse")
-        if "sparse" not in caps:
-            caps.add("dense")
-        dual = ("vision_model.onnx", "onnx/vision_model.onnx")
-        if path.is_dir() and any((folder / f).is_file() for f in dual):  # CLIP-style: texts and images
-            caps.add("image")
-    elif kind is ModelKind.READER:
-        from inferd.registry.readers import reader_capabilities
-
-        caps |= reader_capabilities(manifest)
-    elif kind is ModelKind.RERANKER and not caps & {"late_interaction", "colbert"}:
-        caps.add("cross_encoder")
-    elif kind is ModelKind.TRANSCRIBER:
-        caps |= speech_capabilities(folder, fmt)
-    elif kind in (ModelKind.EXTRACTOR, ModelKind.CLASSIFIER):
-        from inferd.registry.extract_caps import extract_capabilities
-
-        caps |= extract_capabilities(kind.value, fmt, folder, manifest)
-    return frozenset(caps)
-
-
-def speech_capabilities(folder: Path, fmt: str) -> set[str]:
-    """Whisper models translate and detect languages unless English-only; CTranslate2 tells a
-    multilingual vocabulary by its empty-string token (the English BPE has none)."""
-    caps = {"transcribe", "timestamps", "word_timestamps"}
-    if fmt != "ctranslate2":
-        return caps
-    try:
-        if (folder / "vocabulary.json").is_file():
-            multilingual = "" in json.loads((folder / "vocabulary.json").read_text())
-        else:
-            multilingual = "" in (folder / "vocabulary.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    except (OSError, ValueError):
-        multilingual = False
-    return caps | {"translate", "language_detection"} if multilingual else caps
+    """The manifest's capabilities plus what the kind's rule reads from the files."""
+    rule = KINDS[kind].capabilities
+    return frozenset(declared(manifest) | (rule(fmt, path, manifest) if rule else set()))
 
 
 def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None) -> ModelSpec:
@@ -156,25 +100,16 @@ def make_spec(name: str, path: Path, source: str, kind: ModelKind | None = None)
         raise ValueError(f"{path}: no such file or folder")
     manifest = read_manifest(path) if path.is_dir() else {}
     fmt = manifest.get("format") or detect_format(path)
-    if fmt is None and kind is ModelKind.READER and path.is_dir() and (path / "config.json").is_file():
-        fmt = "transformers"  # e.g. a Florence-2 checkpoint: listed, and refused with its reason
+    if fmt is None and kind is not None and path.is_dir() and (path / "config.json").is_file():
+        fmt = KINDS[kind].unreadable_format  # e.g. a Florence-2 reader: listed, and refused with its reason
     if fmt is None:
         raise ValueError(f"{path}: no model files found (.gguf, .onnx, tabular_model.json, "
                          "CTranslate2 model.bin, spaCy pipeline)")
     kind = kind or infer_kind(path, fmt, manifest)
-    if kind is ModelKind.GENERATOR and path.is_dir() and not manifest.get("mmproj"):
-        projectors = sorted(path.glob("mmproj*.gguf"))  # the openai-server's rule: a projector beside the model
-        if projectors:
-            manifest = {**manifest, "mmproj": projectors[0].name}
-    if kind is ModelKind.READER:  # which reader runtime (or why none) is known from the files
-        from inferd.registry.readers import reader_info
-
-        manifest = {**manifest, **reader_info(path, manifest)}
+    describe = KINDS[kind].describe  # what the files say: a projector, a reader family, an architecture
+    if describe is not None:
+        manifest = describe(path, manifest)
     served = str(manifest.get("name") or name)
-    if kind is ModelKind.REWRITER and path.is_dir() and "architecture" not in manifest:
-        archs = _architectures(path)  # shown in /ai/v1/models (T5ForConditionalGeneration, ...)
-        if archs:
-            manifest = {**manifest, "architecture": archs[0]}
     size = sum(p.stat().st_size for p in _files(path))
     return ModelSpec(name=served, kind=kind, format=str(fmt), path=path, source=source, size_bytes=size,
                      capabilities=infer_capabilities(kind, fmt, path, manifest), manifest=manifest)
@@ -203,7 +138,7 @@ def _walk(kind: ModelKind, root: Path, d: Path, depth: int, out: Discovery) -> N
 def scan_models_dir(models_dir: Path, out: Discovery) -> None:
     if not models_dir.is_dir():
         return
-    for dirname, kind in KIND_DIRS.items():
+    for dirname, kind in kind_dirs().items():
         if (models_dir / dirname).is_dir():
             _walk(kind, models_dir / dirname, models_dir / dirname, 1, out)
 

@@ -20,10 +20,11 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar, overload
 
+from inferd.kinds import KINDS
 from inferd.errors import (ConfigError, InferdError, InvalidInput, MemoryBudgetExceeded, ModelLoadFailed,
                            ModelNotFound, ModelNotSupported)
 from inferd.observability.context import note_model
@@ -33,6 +34,16 @@ from inferd.registry.spec import ModelKind, ModelSpec
 log = logging.getLogger("inferd.registry")
 
 LoaderLookup = Callable[[ModelSpec], Callable[[ModelSpec], Any]]
+H = TypeVar("H")
+H_co = TypeVar("H_co", covariant=True)
+
+
+class TypedKind(Protocol[H_co]):
+    """A kind that says its handle type: a KindSpec of the kinds table (inferd/kinds). It is
+    iterable as a one-kind filter, so it stands wherever a list of kinds does."""
+
+    def __iter__(self) -> Iterator[ModelKind]: ...
+    def handle_of(self, model: object) -> H_co: ...
 
 
 @dataclass
@@ -135,10 +146,32 @@ class Registry:
         return [s for s in self.specs.values() if s.kind in kinds]
 
     # ---- use --------------------------------------------------------------------------------
+    @overload
+    def use(self, name: str, kinds: TypedKind[H], keep_alive: float | None = None
+            ) -> contextlib.AbstractAsyncContextManager[H]: ...
+
+    @overload
+    def use(self, name: str, kinds: Iterable[ModelKind] | None = None, keep_alive: float | None = None
+            ) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+    def use(self, name: str, kinds: Iterable[ModelKind] | None = None, keep_alive: float | None = None
+            ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Hold the loaded handle of `name` (it is not unloaded while held). With a kind of the
+        kinds table (inferd/kinds: `registry.use(name, EMBEDDER)`) the handle is typed as that
+        kind's; with a list of kinds, or none, it is Any."""
+        return self._use(name, kinds, keep_alive)
+
+    def handle(self, name: str, kind: TypedKind[H]) -> H | None:
+        """The loaded handle of `name`, typed by its kind, without holding it; None if it is not
+        loaded or is of another kind (catalogs: a loaded generator's chat template)."""
+        entry = self.loaded.get(name)
+        if entry is None or entry.spec.kind not in kind:
+            return None
+        return kind.handle_of(entry.model)
+
     @contextlib.asynccontextmanager
-    async def use(self, name: str, kinds: Iterable[ModelKind] | None = None,
-                  keep_alive: float | None = None) -> AsyncIterator[Any]:
-        """Yield the loaded runtime for `name`; it is not unloaded while in use."""
+    async def _use(self, name: str, kinds: Iterable[ModelKind] | None, keep_alive: float | None
+                   ) -> AsyncIterator[Any]:
         spec = self.resolve(name, kinds)
         t0 = time.time_ns()
         try:
@@ -223,13 +256,14 @@ class Registry:
         return entry
 
     def estimate(self, spec: ModelSpec) -> int:
-        """Resident size before loading: the weights on disk, plus a generator's KV cache and
-        compute buffers guessed at 25%. The loaded handle reports a better figure."""
+        """Resident size before loading: the weights on disk, times the kind's load overhead (a
+        generator's KV cache and compute buffers, guessed at 25%). The loaded handle reports
+        a better figure."""
         size = spec.size_bytes
         if not size and spec.path is not None and spec.path.exists():
             p = spec.path
             size = p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-        return int(size * (1.25 if spec.kind is ModelKind.GENERATOR else 1.0))
+        return int(size * KINDS[spec.kind].load_overhead)  # a generator's KV cache and buffers
 
     def resident_bytes(self) -> int:
         return sum(e.size_bytes for e in self.loaded.values())

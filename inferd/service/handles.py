@@ -1,23 +1,31 @@
 """What the registry holds for a loaded model: a typed handle = the leaf runtime plus the
-scheduler that owns its worker thread. Built by the composition root (loading.py), never by a
+scheduler that owns its worker thread. Built by the kinds' loaders (inferd/kinds), never by a
 runtime. Runtimes satisfy the Protocols below structurally; they import nothing from here.
 
-Every handle has `size_bytes` (estimated resident size, for the memory budget) and
-`close()`, which stops the scheduler before any native state is freed."""
+Every handle is a `Handle[R, S]`: `runtime`, `scheduler`, `size_bytes` (estimated resident
+size, for the memory budget), `stats` and `close()`, which stops the scheduler before any
+native state is freed. Which handle a kind's loaders return is said by its module in
+inferd/kinds/ (the kind's KindSpec), so `Registry.use(name, KIND)` yields that type."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from inferd.scheduling.batcher import Batcher
 from inferd.scheduling.generation import Backend, GenerationEngine
 from inferd.scheduling.jobs import Adapters
 from inferd.scheduling.speech import SpeechQueue, SpeechRuntime
 from inferd.types import Image, SamplingParams
+
+if TYPE_CHECKING:  # the seq2seq runtime imports tokenizers: only when a rewriter loads
+    from inferd.runtimes.seq2seq.decoding import DecodeParams
+    from inferd.runtimes.seq2seq.model import Rewriter
+    from inferd.scheduling.seq2seq import Seq2SeqScheduler
 
 log = logging.getLogger("inferd.handles")
 
@@ -107,21 +115,56 @@ class PredictorRuntime(Protocol):
 
 
 # ---- handles --------------------------------------------------------------------------------
+R_co = TypeVar("R_co", covariant=True)
+S_co = TypeVar("S_co", covariant=True)
+
+
+class Handle(Protocol[R_co, S_co]):
+    """What the registry holds for a loaded model of any kind: the leaf `runtime`, the
+    `scheduler` that owns its worker thread (None for a model run on a thread per request),
+    `size_bytes` (estimated resident size), `stats` (the scheduler's own counters) and
+    `close()`, which stops the scheduler before the runtime's native state is freed. Every
+    handle class below has these five names; the older per-kind names (backend, engine,
+    encoder, batcher, predictor, queue, rewriter) are read-only aliases kept for callers."""
+
+    @property
+    def runtime(self) -> R_co: ...
+    @property
+    def scheduler(self) -> S_co: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def stats(self) -> Any: ...
+    def close(self) -> None: ...
+
+
 @dataclass(eq=False)
 class GeneratorHandle:
     """A generator and its continuous-batching engine. `lora` is the adapter in force,
     recorded by the worker in the same call that applies it, so a switch whose requester
     was cancelled can never leave the name and the weights disagreeing."""
 
-    backend: GeneratorRuntime
-    engine: GenerationEngine
+    runtime: GeneratorRuntime
+    scheduler: GenerationEngine
     lora: str | None = None
-    # loads a draft model (spec -> backend sized like this one) for speculation; set by loading.py
+    # loads a draft model (spec -> backend sized like this one) for speculation; set by kinds/generator.py
     make_draft: Callable[[Any], Any] | None = None
 
     @property
+    def backend(self) -> GeneratorRuntime:
+        return self.runtime
+
+    @property
+    def engine(self) -> GenerationEngine:
+        return self.scheduler
+
+    @property
     def size_bytes(self) -> int:
-        return int(self.backend.size_bytes)
+        return int(self.runtime.size_bytes)
+
+    @property
+    def stats(self) -> Any:
+        return self.scheduler.stats
 
     def warm_up(self) -> None:
         """Block until one warm-up decode has run on the engine's worker thread."""
@@ -155,22 +198,43 @@ class EncoderHandle(Generic[E]):
     """An encoder (embedder, reranker, chunker, ...) and the dynamic batcher that owns its
     worker thread; every forward pass goes through `batcher`."""
 
-    encoder: E
-    batcher: Batcher
+    runtime: E
+    scheduler: Batcher
     size_bytes: int = 0
 
+    @property
+    def encoder(self) -> E:
+        return self.runtime
+
+    @property
+    def batcher(self) -> Batcher:
+        return self.scheduler
+
+    @property
+    def stats(self) -> Any:
+        return self.scheduler.stats
+
     def close(self) -> None:
-        self.batcher.close()  # waits for a running batch; pending ones fail with ModelUnloaded
-        self.encoder.close()
+        self.scheduler.close()  # waits for a running batch; pending ones fail with ModelUnloaded
+        self.runtime.close()
 
 
 @dataclass(eq=False)
 class PredictorHandle:
     """A tabular predictor: pure numpy, run on a thread per request, no scheduler of its own."""
 
-    predictor: PredictorRuntime
+    runtime: PredictorRuntime
     size_bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    scheduler: None = None
+
+    @property
+    def predictor(self) -> PredictorRuntime:
+        return self.runtime
+
+    @property
+    def stats(self) -> Any:
+        return None
 
     def close(self) -> None:
         pass
@@ -182,12 +246,56 @@ class TranscriberHandle:
     worker thread and batches the windows of concurrent requests."""
 
     runtime: SpeechRuntime
-    queue: SpeechQueue
+    scheduler: SpeechQueue
     size_bytes: int = 0
 
+    @property
+    def queue(self) -> SpeechQueue:
+        return self.scheduler
+
+    @property
+    def stats(self) -> Any:
+        return self.scheduler.stats
+
     def close(self) -> None:
-        self.queue.close()  # waits for a running batch; waiting windows fail with ModelUnloaded
+        self.scheduler.close()  # waits for a running batch; waiting windows fail with ModelUnloaded
         self.runtime.close()
 
 
-Handle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle | TranscriberHandle
+@dataclass(eq=False)
+class RewriterHandle:
+    """A seq2seq rewriter and its scheduler (Seq2SeqScheduler for ONNX, a Batcher of
+    translate_batch calls for CTranslate2: `ct2`)."""
+
+    runtime: "Rewriter"
+    scheduler: "Seq2SeqScheduler | Batcher"
+    ct2: bool
+    size_bytes: int = 0
+
+    @property
+    def rewriter(self) -> "Rewriter":
+        return self.runtime
+
+    @property
+    def stats(self) -> Any:
+        return self.scheduler.stats
+
+    async def generate(self, inputs: list[tuple[int, ...]], params: list["DecodeParams"]) -> list[Any]:
+        """Per input: its generated token lists (best first), or its exception."""
+        if not self.ct2:
+            return await cast("Seq2SeqScheduler", self.scheduler).submit(inputs, params)
+        costs = [len(x) * p.num_beams for x, p in zip(inputs, params)]
+        gone = [threading.Event() for _ in inputs]  # set when the request leaves: decoding stops
+        try:
+            return await cast("Batcher", self.scheduler).submit_each(list(zip(inputs, params, gone)), costs)
+        except asyncio.CancelledError:
+            for g in gone:
+                g.set()
+            raise
+
+    def close(self) -> None:
+        self.scheduler.close()
+        self.runtime.close()
+
+
+AnyHandle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle | TranscriberHandle | RewriterHandle

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from inferd.chat.reasoning import reasoning_markers
 from inferd.chat.templates import builtin_template
-from inferd.models import ModelKind, ModelSpec
+from inferd.kinds import GENERATOR
+from inferd.models import ModelKind, ModelSpec, model_ggufs
 from inferd.registry.registry import Registry
 
 
@@ -26,8 +27,6 @@ def _weights(spec: ModelSpec) -> Path | None:
     if path is None:
         return None
     if path.is_dir():
-        from inferd.registry.discovery import model_ggufs
-
         files = [p for p in model_ggufs(path) if "-of-" not in p.stem or "-00001-of-" in p.stem]
         return files[0] if files else None
     return path
@@ -38,9 +37,9 @@ async def chat_template(registry: Registry, spec: ModelSpec) -> str | None:
     loaded; else the same order: manifest, GGUF metadata, built-in per architecture)."""
     if spec.kind is not ModelKind.GENERATOR:
         return None
-    entry = registry.loaded.get(spec.name)
-    if entry is not None:  # a GeneratorHandle: the runtime chose its template at load
-        return getattr(getattr(entry.model, "backend", None), "chat_template", None)
+    handle = registry.handle(spec.name, GENERATOR)
+    if handle is not None:  # the runtime chose its template at load
+        return handle.runtime.chat_template
     if spec.manifest.get("chat_template"):
         return str(spec.manifest["chat_template"])
     weights = _weights(spec)
