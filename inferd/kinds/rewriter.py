@@ -68,7 +68,7 @@ def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> Rewrit
                                  name=spec.name)
     log.info("rewriter %s: %s layout (%s), input limit %d tokens", spec.name, files.layout,
              ", ".join(p.name for p in files.graphs.values()), rw.max_length)
-    return RewriterHandle(rw, sched, files.layout == "ctranslate2", size)
+    return RewriterHandle(rw, sched, size, ct2=files.layout == "ctranslate2")
 
 
 def describe(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -191,16 +191,42 @@ class GeneratorHandle:
 
 
 E = TypeVar("E", bound=EncoderRuntime)
+class _Closes(Protocol):
+    def close(self) -> None: ...
+
+
+class _Worker(_Closes, Protocol):
+    @property
+    def stats(self) -> Any: ...
+
+
+R = TypeVar("R", bound=_Closes)
+S = TypeVar("S", bound=_Worker)
 
 
 @dataclass(eq=False)
-class EncoderHandle(Generic[E]):
+class _Queued(Generic[R, S]):
+    """What the queued handles share: a runtime, the scheduler that owns its worker thread,
+    and closing in that order (a running batch finishes, waiting work fails with ModelUnloaded,
+    then the native state goes)."""
+
+    runtime: R
+    scheduler: S
+    size_bytes: int = 0
+
+    @property
+    def stats(self) -> Any:
+        return self.scheduler.stats
+
+    def close(self) -> None:
+        self.scheduler.close()
+        self.runtime.close()
+
+
+@dataclass(eq=False)
+class EncoderHandle(_Queued[E, Batcher]):
     """An encoder (embedder, reranker, chunker, ...) and the dynamic batcher that owns its
     worker thread; every forward pass goes through `batcher`."""
-
-    runtime: E
-    scheduler: Batcher
-    size_bytes: int = 0
 
     @property
     def encoder(self) -> E:
@@ -209,14 +235,6 @@ class EncoderHandle(Generic[E]):
     @property
     def batcher(self) -> Batcher:
         return self.scheduler
-
-    @property
-    def stats(self) -> Any:
-        return self.scheduler.stats
-
-    def close(self) -> None:
-        self.scheduler.close()  # waits for a running batch; pending ones fail with ModelUnloaded
-        self.runtime.close()
 
 
 @dataclass(eq=False)
@@ -241,44 +259,25 @@ class PredictorHandle:
 
 
 @dataclass(eq=False)
-class TranscriberHandle:
+class TranscriberHandle(_Queued[SpeechRuntime, SpeechQueue]):
     """A speech model (Whisper on CTranslate2, CTC on onnxruntime) and the queue that owns its
     worker thread and batches the windows of concurrent requests."""
-
-    runtime: SpeechRuntime
-    scheduler: SpeechQueue
-    size_bytes: int = 0
 
     @property
     def queue(self) -> SpeechQueue:
         return self.scheduler
 
-    @property
-    def stats(self) -> Any:
-        return self.scheduler.stats
-
-    def close(self) -> None:
-        self.scheduler.close()  # waits for a running batch; waiting windows fail with ModelUnloaded
-        self.runtime.close()
-
 
 @dataclass(eq=False)
-class RewriterHandle:
+class RewriterHandle(_Queued["Rewriter", "Seq2SeqScheduler | Batcher"]):
     """A seq2seq rewriter and its scheduler (Seq2SeqScheduler for ONNX, a Batcher of
     translate_batch calls for CTranslate2: `ct2`)."""
 
-    runtime: "Rewriter"
-    scheduler: "Seq2SeqScheduler | Batcher"
-    ct2: bool
-    size_bytes: int = 0
+    ct2: bool = False
 
     @property
     def rewriter(self) -> "Rewriter":
         return self.runtime
-
-    @property
-    def stats(self) -> Any:
-        return self.scheduler.stats
 
     async def generate(self, inputs: list[tuple[int, ...]], params: list["DecodeParams"]) -> list[Any]:
         """Per input: its generated token lists (best first), or its exception."""
@@ -292,10 +291,6 @@ class RewriterHandle:
             for g in gone:
                 g.set()
             raise
-
-    def close(self) -> None:
-        self.scheduler.close()
-        self.runtime.close()
 
 
 AnyHandle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle | TranscriberHandle | RewriterHandle
