@@ -92,7 +92,7 @@ CACHE_DTYPES = ("f16", "bf16", "q8_0", "q4_0", "f32")
 
 @dataclass
 class EngineControls:
-    """Antfly's per-request engine controls (API-NOTES.md, "engine controls"). None: the
+    """Antfly's per-request engine controls (docs/engine.md). None: the
     model's default. Validated against the loaded model by the service (a value the model
     cannot honour is a 400 naming the field), carried to the engine's Job."""
 

@@ -1,4 +1,4 @@
-"""Take the console screenshots in docs/ (README shows them): a real server with the
+"""Take the console screenshots in docs/ (docs/console.md shows them): a real server with the
 built-in models (smollm2-135m-instruct, all-MiniLM-L6-v2, whisper-tiny.en, pp-ocr,
 en_core_web_sm) in headless Chromium.
 

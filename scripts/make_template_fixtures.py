@@ -46,7 +46,7 @@ FROM_LLAMA_CPP = {
 PHI4_FROM_TEST = ("phi-4", "<|endoftext|>", "<|im_end|>")
 # Gemma 3's template ships in no file we can reach here (not in llama.cpp's copies, not in
 # the gemma-3-270m GGUF): gemma-3.jinja was written from knowledge of Google's
-# tokenizer_config.json and is committed as is (see README.md).
+# tokenizer_config.json and is committed as is (see tests/fixtures/README.md).
 SPECIAL = {"phi-4": ("<|endoftext|>", "<|im_end|>"), "gemma-3": ("<bos>", "<eos>"),
            "smollm2": ("<|im_start|>", "<|im_end|>")}
 

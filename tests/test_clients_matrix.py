@@ -166,7 +166,7 @@ def test_llama_index_openai(srv):
     from llama_index.llms.openai import OpenAI
 
     # llama-index looks up the context window of OpenAI's own model names and raises "Unknown
-    # model" for any other: serve the model under such a name (here gpt-4o-mini, README).
+    # model" for any other: serve the model under such a name (here gpt-4o-mini, docs/clients.md).
     with pytest.raises(ValueError, match="Unknown model"):
         OpenAI(model="tiny", api_base=srv.url + "/v1", api_key="unused").chat([ChatMessage(role="user", content=Q)])
     llm = OpenAI(model="gpt-4o-mini", api_base=srv.url + "/v1", api_key="unused", max_tokens=8, temperature=0)

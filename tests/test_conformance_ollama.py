@@ -57,7 +57,7 @@ def test_chat_logprobs(client):
                               options={"temperature": 0, "repeat_penalty": 1.0, "num_predict": 8}))
     streamed = [t for part in stream for t in (part.logprobs or [])]
     assert [t.token for t in streamed] == [t.token for t in r.logprobs]
-    # (a cached prefix changes the batch the prompt ran in: last bits differ, as README says)
+    # (a cached prefix changes the batch the prompt ran in: last bits differ, as docs/generation.md says)
     assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in r.logprobs], abs=1e-3)
     assert client.chat(model="tiny", messages=HI, options={"num_predict": 2}).logprobs is None  # only when asked
 

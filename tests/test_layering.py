@@ -1,4 +1,4 @@
-"""The layering DESIGN.md promises, checked on the source: runtimes are leaves (they import
+"""The layering docs/architecture.md describes, checked on the source: runtimes are leaves (they import
 nothing from service, registry, scheduling, api or the kinds table), nothing below api/
 imports the web framework, the kinds table (inferd/kinds) is cheap to read from the registry
 (at module level it imports only the neutral base; runtimes, schedulers and handles only

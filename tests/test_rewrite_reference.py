@@ -66,7 +66,7 @@ def test_http_texts_equal_transformers(srv, model, case):
     want = ref["cases"][case]
     if model.endswith("ct2") and case.startswith("beam"):
         # CTranslate2 runs its own beam search: the best hypothesis is transformers', the
-        # others follow its finishing rule (documented in the README).
+        # others follow its finishing rule (documented in docs/rewriting.md).
         assert [d["texts"][0] for d in j["data"]] == [t[0] for t in want["texts"]]
         assert all(len(d["texts"]) == len(t) for d, t in zip(j["data"], want["texts"]))
     else:

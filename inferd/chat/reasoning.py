@@ -1,6 +1,6 @@
 """Reasoning ("thinking") output: which templates can think, and splitting it from the answer.
 
-Rules (GenAIServer spec, API-NOTES): `enable_thinking` (top level or in
+Rules (GenAIServer spec; docs/reasoning.md): `enable_thinking` (top level or in
 `chat_template_kwargs`) on the OpenAI/Antfly faces and `think` on Ollama's is passed to the
 template; the model's reasoning goes to `reasoning_content` (OpenAI) / `thinking` (Ollama),
 omitted when empty; incoming reasoning fields are not replayed (see

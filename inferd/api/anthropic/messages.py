@@ -12,7 +12,7 @@ of /v1/chat/completions. Three sections:
   a `message` with thinking / text / tool_use blocks;
 - the thin routes. Streaming is in stream.py.
 
-Local-server differences, documented in the README: `budget_tokens` may be any value from 1
+Local-server differences, documented in docs/anthropic.md: `budget_tokens` may be any value from 1
 (Anthropic asks >= 1024) below `max_tokens`; a `max_tokens` past the model's context is cut
 to what fits (stop_reason `max_tokens` there); a final assistant message (prefill) is a 400;
 thinking blocks carry an empty `signature`; `cache_read_input_tokens` counts the prompt

@@ -73,7 +73,7 @@ class CompletionBody(BaseModel):
     stream: bool = False
     timings_per_token: bool = False
     response_fields: list[str] | None = None
-    # speculative decoding: llama-server's draft length, and inferd's engine controls (README)
+    # speculative decoding: llama-server's draft length, and inferd's engine controls (docs/engine.md)
     speculative_n_max: int | None = Field(None, alias="speculative.n_max", ge=1, le=16)
     draft_model: str | None = Field(None, min_length=1, max_length=256)
     speculation_policy: Literal["auto", "on", "off"] = "auto"

@@ -67,7 +67,7 @@ class SamplingFields(BaseModel):
     n: int = Field(1, ge=1, le=8)  # as vLLM and llama-server; at most the model's parallel slots
     ignore_eos: bool = False
     grammar: str | None = None
-    # The engine controls of the Antfly spec (API-NOTES.md), accepted on every generation face
+    # The engine controls of the Antfly spec (docs/engine.md), accepted on every generation face
     # as llama-server and vLLM accept their own extensions (`extra_body` in the openai client).
     # A value inferd cannot honour is refused here (a Literal names the accepted values) or by
     # the service against the loaded model (cache_dtype, draft_model), never ignored.

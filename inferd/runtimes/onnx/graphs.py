@@ -3,7 +3,7 @@
 - `bert_from_safetensors`: a BERT encoder (optionally with its masked-LM head) built from a
   Hugging Face `model.safetensors` + `config.json` (the splade-tiny built-in ships only those).
   Building the graph takes well under a second and runs on onnxruntime, several times faster
-  than the same forward pass in numpy (see README, Benchmarks).
+  than the same forward pass in numpy (docs/benchmarks.md, Embeddings).
 - `with_splade_head`: appends SPLADE pooling to a graph with masked-LM logits, so the
   [batch, seq, vocab] logits never leave onnxruntime; the output is [batch, vocab].
 """

@@ -1,6 +1,6 @@
 """The tabular model IR (`tabular_model.json`, schema_version 1): parse and validate.
 
-The format is Antfly's (see shared API-NOTES.md): metadata, an output activation, and a
+The format is Antfly's (docs/tabular.md): metadata, an output activation, and a
 pipeline of preprocessing stages (`imputer`, `scaler`) followed by one model stage
 (`tree_ensemble`, `linear`, `svm`). Each stage is `{"type": T, T: {...fields}}`; the fields
 may also sit directly in the stage object. inferd adds a few optional fields, all ignored

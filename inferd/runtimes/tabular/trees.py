@@ -96,7 +96,7 @@ def _as_float(a, what: str, n: int) -> np.ndarray:
 
 def compile_forest(nodes: dict, num_features: int, num_outputs: int, base_score, tree_outputs=None,
                    aggregation: str = "sum", where: str = "tree_ensemble") -> Forest:
-    """Validate IR node arrays (see API-NOTES) and build the evaluation layout. Raises TreeError."""
+    """Validate IR node arrays (the format: ir.py) and build the evaluation layout. Raises TreeError."""
     if not isinstance(nodes, dict):
         raise TreeError(f"{where}.nodes: must be an object")
     for key in ("feature_index", "threshold", "left_child", "right_child", "leaf_value", "tree_starts"):
