@@ -10,7 +10,7 @@ import pytest
 from inferd.errors import InvalidInput
 from inferd.text.chunking import count_tokens
 from inferd.text.semantic import (SemanticConfig, adjacent_similarity, breakpoints, chunks_of, gap_windows,
-                                  group_spans, pack, plan, sentence_spans, span_tokens, window_ranges)
+                                  group_spans, pack, plan, sentence_spans, span_tokens, window_spans)
 from tests.server import serve
 
 
@@ -34,8 +34,17 @@ def test_group_spans_bounds_the_units():
 def test_windows_either_side_of_each_gap():
     assert gap_windows(4, 1) == [((0, 1), (1, 2)), ((1, 2), (2, 3)), ((2, 3), (3, 4))]
     assert gap_windows(4, 2) == [((0, 1), (1, 3)), ((0, 2), (2, 4)), ((1, 3), (3, 4))]
-    assert window_ranges(4, 2) == [(0, 1), (0, 2), (1, 3), (2, 4), (3, 4)]
-    assert window_ranges(3, 1) == [(0, 1), (1, 2), (2, 3)]  # window 1: each sentence once
+    units = [(0, 3), (4, 9), (10, 12), (13, 20)]
+    spans, lefts, rights = window_spans(units, 2)
+    assert spans == [(0, 3), (0, 9), (4, 12), (10, 20), (13, 20)]
+    assert [spans[i] for i in lefts] == [(0, 3), (0, 9), (4, 12)]
+    assert [spans[i] for i in rights] == [(4, 12), (10, 20), (13, 20)]
+    spans, lefts, rights = window_spans(units[:3], 1)
+    assert spans == units[:3] and lefts == [0, 1] and rights == [1, 2]  # window 1: each sentence once
+    # a window over max_chars keeps the side next to its gap: the left one its end, the right one its start
+    spans, lefts, rights = window_spans(units, 2, max_chars=5)
+    assert [spans[i] for i in lefts] == [(0, 3), (4, 9), (7, 12)]
+    assert [spans[i] for i in rights] == [(4, 9), (10, 15), (13, 18)]
 
 
 def test_adjacent_similarity_and_breakpoints():

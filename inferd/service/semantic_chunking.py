@@ -16,8 +16,8 @@ from inferd.registry.builtins import SEMANTIC
 from inferd.service.core import Catalog
 from inferd.service.encoders import EncoderService
 from inferd.text.chunking import Chunk, FixedConfig
-from inferd.text.semantic import (SemanticConfig, adjacent_similarity, chunks_of, gap_windows, group_spans, plan,
-                                  sentence_spans, span_tokens, window_ranges)
+from inferd.text.semantic import (SemanticConfig, adjacent_similarity, chunks_of, group_spans, plan, sentence_spans,
+                                  span_tokens, window_spans)
 
 
 def is_semantic(spec: ModelSpec) -> bool:
@@ -47,11 +47,9 @@ class SemanticChunker:
         n = len(units)
         sims = np.zeros(0)
         if n > 1:
-            ranges = window_ranges(n, cfg.window)
-            vecs = await self._embed(cfg.embedder, [text[units[a][0]:units[b - 1][1]] for a, b in ranges])
-            at = {r: i for i, r in enumerate(ranges)}
-            gaps = gap_windows(n, cfg.window)
-            sims = adjacent_similarity(vecs[[at[lt] for lt, _ in gaps]], vecs[[at[rt] for _, rt in gaps]])
+            spans, lefts, rights = window_spans(units, cfg.window)
+            vecs = await self._embed(cfg.embedder, [text[a:b] for a, b in spans])
+            sims = adjacent_similarity(vecs[lefts], vecs[rights])
         return await asyncio.to_thread(lambda: chunks_of(text, units, plan(tokens, sims, cfg), cfg,
                                                          fixed.separator, fixed.max_chunks))
 

@@ -26,6 +26,7 @@ MAX_WINDOW = 8
 # Sentences embedded per text at most: longer texts are cut into this many runs of adjacent
 # sentences (each run embedded as one unit), so a 30 MB body costs a bounded number of passes.
 MAX_UNITS = 2048
+MAX_WINDOW_CHARS = 4096  # a window embedded at most: more than an embedder's 512 tokens of prose
 DEFAULT_PERCENTILE = 10.0  # neither threshold nor percentile given: the lowest 10% of gaps break
 
 
@@ -99,9 +100,25 @@ def gap_windows(n: int, window: int) -> list[tuple[tuple[int, int], tuple[int, i
     return [((max(0, i - window + 1), i + 1), (i + 1, min(n, i + 1 + window))) for i in range(n - 1)]
 
 
-def window_ranges(n: int, window: int) -> list[tuple[int, int]]:
-    """The distinct sentence ranges gap_windows compares, in order: what has to be embedded."""
-    return sorted({r for pair in gap_windows(n, window) for r in pair})
+def window_spans(units: list[tuple[int, int]], window: int, max_chars: int = MAX_WINDOW_CHARS
+                 ) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """What to embed: the distinct character spans of the windows gap_windows compares, and
+    for each gap the index of its left and right span. A window over max_chars keeps the part
+    next to its gap (the left one its end, the right one its start): the embedder would keep
+    only its first tokens anyway, and the embedded text stays bounded (2 x gaps x max_chars)."""
+    def left(r: tuple[int, int]) -> tuple[int, int]:
+        end = units[r[1] - 1][1]
+        return max(units[r[0]][0], end - max_chars), end
+
+    def right(r: tuple[int, int]) -> tuple[int, int]:
+        start = units[r[0]][0]
+        return start, min(units[r[1] - 1][1], start + max_chars)
+
+    gaps = gap_windows(len(units), window)
+    lefts, rights = [left(lt) for lt, _ in gaps], [right(rt) for _, rt in gaps]
+    spans = sorted(set(lefts) | set(rights))
+    at = {sp: i for i, sp in enumerate(spans)}
+    return spans, [at[sp] for sp in lefts], [at[sp] for sp in rights]
 
 
 def adjacent_similarity(left: np.ndarray, right: np.ndarray) -> np.ndarray:
