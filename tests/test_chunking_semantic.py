@@ -188,3 +188,21 @@ def test_chunks_never_exceed_max_tokens(srv):
 def test_bad_requests(srv, config, status, code):
     r = chunk(srv, **config)
     assert (r.status_code, r.json()["error"]) == (status, code), r.text
+
+
+@pytest.mark.slow
+def test_an_embedder_that_fails_falls_back_to_fixed(tmp_path):
+    """The spec's rule for model chunkers: if the model fails, chunk the fixed way (and say so)."""
+    import shutil
+    from pathlib import Path
+
+    broken = tmp_path / "embedders" / "broken"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "onnx" / "tiny-bert-embed", broken)
+    (broken / "model.onnx").write_bytes(b"not an onnx graph")
+    with serve(models_dir=str(tmp_path)) as s:
+        assert "semantic" in httpx.get(s.url + "/ai/v1/models").json()["chunkers"]
+        body = {"input": DOC, "config": {"model": "semantic", "text": {"target_tokens": 30, "overlap_tokens": 0}}}
+        r = httpx.post(s.url + "/ai/v1/chunk", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "fixed" and r.json()["cache_hit"] is False
+        assert all(count_tokens(c["text"]) <= 30 for c in r.json()["data"])
