@@ -24,8 +24,9 @@ from inferd.text.chunking import _TOKEN, Chunk, FixedConfig, chunks_from_boundar
 _CUT = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)|[\u3002\uff01\uff1f]+|\n")
 MAX_WINDOW = 8
 # Sentences embedded per text at most: longer texts are cut into this many runs of adjacent
-# sentences (each run embedded as one unit), so a 30 MB body costs a bounded number of passes.
-MAX_UNITS = 2048
+# sentences (each run embedded as one unit), so a 30 MB body costs a bounded number of passes:
+# at most 2 x 1023 windows, no more than one embeddings request of --max-batch-inputs (2048).
+MAX_UNITS = 1024
 MAX_WINDOW_CHARS = 4096  # a window embedded at most: more than an embedder's 512 tokens of prose
 DEFAULT_PERCENTILE = 10.0  # neither threshold nor percentile given: the lowest 10% of gaps break
 
