@@ -30,6 +30,8 @@ Capabilities = Callable[[str, Path, dict[str, Any]], set[str]]
 Describe = Callable[[Path, dict[str, Any]], dict[str, Any]]
 # a spec -> the extra fields of its Antfly /ai/v1/models entry
 CatalogFields = Callable[[ModelSpec], dict[str, Any]]
+# a model found under models_dir -> the specs served for it (an embedder's float and -i8 graphs)
+Variants = Callable[[ModelSpec], list[ModelSpec]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +50,7 @@ class KindSpec(Generic[H]):
     architectures: tuple[str, ...] = ()  # config.json architecture markers that make it this kind
     describe: Describe | None = None     # manifest fields read from the files (a projector, a family)
     capabilities: Capabilities | None = None
+    variants: Variants | None = None     # None: one folder, one served name
     # the format of a folder with a config.json but no weights inferd can read: listed (and
     # refused on load with the manifest's reason) rather than skipped; None: skipped
     unreadable_format: str | None = None

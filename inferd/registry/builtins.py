@@ -18,6 +18,19 @@ log = logging.getLogger("inferd.registry")
 FIXED_CHUNKER = ModelSpec(name="fixed", kind=ModelKind.CHUNKER, format="builtin", path=None,
                           source="builtin", capabilities=frozenset({"text"}))
 
+SEMANTIC = "semantic"
+
+
+def semantic_chunker(specs: list[ModelSpec]) -> ModelSpec | None:
+    """The built-in `semantic` chunker (service/semantic_chunking.py), where a dense embedder is
+    served: it embeds sentences with the first one (a request may name another). No weights."""
+    dense = [s for s in specs if s.kind is ModelKind.EMBEDDER and "dense" in s.capabilities]
+    if not dense or any(s.name == SEMANTIC for s in specs):  # a model of that name keeps it
+        return None
+    return ModelSpec(name=SEMANTIC, kind=ModelKind.CHUNKER, format="builtin", path=None, source="builtin",
+                     capabilities=frozenset({"text", "semantic"}), manifest={"embedder": dense[0].name})
+
+
 Provider = Callable[[], "ModelSpec | None"]
 PROVIDERS: list[Provider] = []
 # Built-ins whose file is assembled on first load (not at discovery, which must stay cheap):
@@ -37,7 +50,8 @@ def provider(fn: Provider) -> Provider:
 
 
 def builtin_specs(configured: list[ModelSpec], with_providers: bool = True) -> list[ModelSpec]:
-    """The `fixed` chunker always; each other built-in only when its kind has no configured model."""
+    """The `fixed` chunker always; `semantic` where a dense embedder is served; each other
+    built-in only when its kind has no configured model."""
     kinds = {s.kind for s in configured}
     out = [FIXED_CHUNKER]
     for find in PROVIDERS if with_providers else ():
@@ -48,7 +62,8 @@ def builtin_specs(configured: list[ModelSpec], with_providers: bool = True) -> l
             continue
         if spec is not None and spec.kind not in kinds:
             out.append(spec)
-    return out
+    semantic = semantic_chunker(configured + out)
+    return out + [semantic] if semantic is not None else out
 
 
 # ---- encoders: real small models that PyPI packages carry (docs/models.md) -----------------

@@ -119,6 +119,13 @@ def _is_model_dir(d: Path) -> bool:
     return (d / MANIFEST).is_file() or detect_format(d) is not None
 
 
+def served_specs(spec: ModelSpec) -> list[ModelSpec]:
+    """The names one model folder is served under (its kind's variants rule: an embedder with a
+    float and an int8 graph is `<name>` and `<name>-i8`)."""
+    expand = KINDS[spec.kind].variants
+    return expand(spec) if expand is not None else [spec]
+
+
 def _walk(kind: ModelKind, root: Path, d: Path, depth: int, out: Discovery) -> None:
     for child in sorted(d.iterdir()):
         if child.name.startswith("."):
@@ -128,7 +135,7 @@ def _walk(kind: ModelKind, root: Path, d: Path, depth: int, out: Discovery) -> N
             if child.is_file() and child.suffix == ".gguf" and not child.name.startswith("mmproj"):
                 out.specs.append(make_spec(rel[: -len(".gguf")], child, "models_dir", kind))
             elif child.is_dir() and _is_model_dir(child):
-                out.specs.append(make_spec(rel, child, "models_dir", kind))
+                out.specs += served_specs(make_spec(rel, child, "models_dir", kind))
             elif child.is_dir() and depth < _MAX_DEPTH:
                 _walk(kind, root, child, depth + 1, out)
         except (ValueError, OSError) as e:
@@ -138,9 +145,18 @@ def _walk(kind: ModelKind, root: Path, d: Path, depth: int, out: Discovery) -> N
 def scan_models_dir(models_dir: Path, out: Discovery) -> None:
     if not models_dir.is_dir():
         return
+    found = Discovery()
     for dirname, kind in kind_dirs().items():
         if (models_dir / dirname).is_dir():
-            _walk(kind, models_dir / dirname, models_dir / dirname, 1, out)
+            _walk(kind, models_dir / dirname, models_dir / dirname, 1, found)
+    # A folder of its own wins over another folder's variant of the same name (foo-i8/ beside foo/).
+    own = {s.name for s in found.specs if "variant_of" not in s.manifest}
+    for s in found.specs:
+        if "variant_of" in s.manifest and s.name in own:
+            found.problems.append(f"not serving {s.path}'s int8 graph as {s.name!r}: a model folder has that name")
+        else:
+            out.specs.append(s)
+    out.problems += found.problems
 
 
 # Checks a predictor file at discovery and returns its catalog summary; raises ValueError if it

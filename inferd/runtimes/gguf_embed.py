@@ -35,6 +35,17 @@ class GgufItem:
         return self.n_tokens
 
 
+def gguf_file(spec: ModelSpec) -> Path:
+    """The model's .gguf: the spec's file, or the first model GGUF in its folder."""
+    path = Path(spec.path) if spec.path else None
+    if path is not None and path.is_dir():
+        files = model_ggufs(path)
+        path = files[0] if files else None
+    if path is None or not path.is_file():
+        raise ModelLoadFailed(f"model '{spec.name}': no .gguf file")
+    return path
+
+
 class GgufEmbedder:
     sparse = False
     max_batch_tokens: int | None = None
@@ -42,12 +53,7 @@ class GgufEmbedder:
     def __init__(self, spec: ModelSpec, opts: RuntimeOptions):
         import llama_cpp
 
-        path = Path(spec.path) if spec.path else None
-        if path is not None and path.is_dir():
-            files = model_ggufs(path)
-            path = files[0] if files else None
-        if path is None or not path.is_file():
-            raise ModelLoadFailed(f"model '{spec.name}': no .gguf file")
+        path = gguf_file(spec)
         self.spec, self.manifest = spec, dict(spec.manifest or {})
         pooling = {"mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN, "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
                    "last": llama_cpp.LLAMA_POOLING_TYPE_LAST}.get(str(self.manifest.get("pooling", "")),

@@ -6,7 +6,7 @@ back, and never touch the registry themselves.
     generation  chat / completion on the engines, /stop, tokenize  (generation.py)
     lora        adapter choice per generator                       (lora.py)
     encoders    embeddings, rerank, chunk boundaries               (encoders.py)
-    chunking    /ai/v1/chunk with its cache                        (chunking.py)
+    chunking    /ai/v1/chunk with its cache; `semantic`            (chunking.py, semantic_chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
     speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
     extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
@@ -49,6 +49,7 @@ from inferd.service.tabular import PredictResult, Rows, TabularService
 from inferd.media.sources import MediaRef
 from inferd.scheduling.media import MediaAdmission, MediaLimits
 from inferd.text.chunking import FixedConfig
+from inferd.text.semantic import SemanticConfig
 from inferd.types import GenerateRequest, Generation, LoraRef
 
 
@@ -242,8 +243,9 @@ class InferenceService:
                      keep_alive: float | None = None, param: str = "documents") -> RerankResult:
         return await self.encoders.rerank(model, query, documents, keep_alive, param)
 
-    async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5) -> ChunkResult:
-        return await self.chunking.chunk(text, model, cfg, threshold)
+    async def chunk(self, text: str, model: str, cfg: FixedConfig, threshold: float = 0.5,
+                    semantic: SemanticConfig | None = None) -> ChunkResult:
+        return await self.chunking.chunk(text, model, cfg, threshold, semantic)
 
     def predictors(self) -> dict[str, dict[str, Any]]:
         return self.tabular.predictors()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from inferd.api.antfly.schemas import ChunkRequest
+from inferd.api.antfly.schemas import ChunkConfig, ChunkRequest
 from inferd.errors import InvalidInput
 from inferd.models import ModelKind, ModelSpec
+from inferd.registry.builtins import SEMANTIC
 from inferd.service import ChunkResult
 from inferd.text.chunking import FixedConfig
+from inferd.text.semantic import SemanticConfig
 
 _INPUTS = {ModelKind.READER: ["image"], ModelKind.TRANSCRIBER: ["audio"], ModelKind.PREDICTOR: ["tabular"]}
 
@@ -37,8 +39,8 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
     return out
 
 
-def chunk_args(req: ChunkRequest) -> tuple[str, str, FixedConfig, float]:
-    """-> (text, model, fixed config, threshold)."""
+def chunk_args(req: ChunkRequest) -> tuple[str, str, FixedConfig, float, SemanticConfig]:
+    """-> (text, model, fixed config, threshold, semantic config)."""
     src = req.input if req.input is not None else req.text
     if src is None:
         raise InvalidInput("'input' is required", "input")
@@ -47,7 +49,24 @@ def chunk_args(req: ChunkRequest) -> tuple[str, str, FixedConfig, float]:
     model = c.model if "model" in c.model_fields_set or not req.model else req.model
     cfg = FixedConfig(target_tokens=c.text.target_tokens, overlap_tokens=c.text.overlap_tokens,
                       separator=c.text.separator, max_chunks=c.max_chunks)
-    return text, model, cfg, c.threshold
+    return text, model, cfg, c.threshold, semantic_config(c, model)
+
+
+def semantic_config(c: ChunkConfig, model: str) -> SemanticConfig:
+    """The `semantic` chunker's options: config.semantic, with max_tokens defaulting to
+    config.text.target_tokens, overlap only where config.text.overlap_tokens is given (its
+    default, 50, is the fixed chunker's), and config.threshold read as the similarity threshold
+    when config.semantic sets neither threshold nor percentile. config.semantic given for
+    another chunker is a 400, not ignored."""
+    s = c.semantic
+    if "semantic" in c.model_fields_set and model != SEMANTIC:
+        raise InvalidInput(f"config.semantic applies to the '{SEMANTIC}' chunker, not '{model}'", "config.semantic")
+    threshold = s.threshold
+    if threshold is None and s.percentile is None and "threshold" in c.model_fields_set:
+        threshold = c.threshold
+    return SemanticConfig(embedder=s.embedder, threshold=threshold, percentile=s.percentile, window=s.window,
+                          min_tokens=s.min_tokens, max_tokens=s.max_tokens or c.text.target_tokens,
+                          overlap_tokens=c.text.overlap_tokens if "overlap_tokens" in c.text.model_fields_set else 0)
 
 
 def chunk_response(r: ChunkResult) -> dict[str, Any]:

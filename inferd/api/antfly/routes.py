@@ -20,5 +20,5 @@ async def models(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.post("/ai/v1/chunk")
 async def chunk(req: ChunkRequest, svc: InferenceService = Depends(get_service)) -> dict:
-    text, model, cfg, threshold = convert.chunk_args(req)
-    return convert.chunk_response(await svc.chunk(text, model, cfg, threshold))
+    text, model, cfg, threshold, semantic = convert.chunk_args(req)
+    return convert.chunk_response(await svc.chunk(text, model, cfg, threshold, semantic))
