@@ -61,7 +61,7 @@ def run(url: str, sets: list[list[dict] | None], n: int) -> float:
 def engine_cases(model: str, loras: list[str], n: int, rounds: int, threads: int) -> dict[str, tuple[float, float]]:
     """tokens per wall second and per process-CPU second of each case, best of `rounds`."""
     from inferd.registry.discovery import make_spec
-    from inferd.registry.spec import ModelKind
+    from inferd.models import ModelKind
     from inferd.runtimes.options import RuntimeOptions
     from inferd.scheduling.generation import Job
     from inferd.service.loading import LOADERS

@@ -211,7 +211,7 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from inferd.cluster.cli import register as cluster  # light: Ray is imported only when used
     from inferd.registry.pull.cli import register as pull  # light: huggingface_hub is imported on use
     from inferd.registry.pull.cli import register_aliases as serve_aliases  # openai-server's `local`, `hf-model`
-    from inferd.runtimes.tabular.importers.cli import register as ml_import  # light: no ML imports
+    from inferd.ml_cli import register as ml_import  # light: no ML imports
 
     return [ml_import, cluster, pull, serve_aliases]
 

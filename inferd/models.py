@@ -7,34 +7,70 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 MANIFEST = "model_manifest.json"
 TABULAR_FILE = "tabular_model.json"
 PREDICTOR_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-class ModelKind(str, Enum):
-    GENERATOR = "generator"
-    EMBEDDER = "embedder"
-    RERANKER = "reranker"
-    CHUNKER = "chunker"
-    REWRITER = "rewriter"
-    READER = "reader"
-    TRANSCRIBER = "transcriber"
-    EXTRACTOR = "extractor"
-    CLASSIFIER = "classifier"
-    PREDICTOR = "predictor"
+class ModelKind(str):
+    """A model kind, named by its value ("generator"); it equals, hashes and serialises as that
+    string. The set is open: the built-in kinds are the constants below, and a new kind is
+    named by its own module (`ModelKind("counter")`) with no edit here. What a kind is (its
+    folder under models_dir, loaders, capabilities, catalogs) is its KindSpec in inferd/kinds;
+    the kinds a server knows are the table inferd.kinds.KINDS. One instance per value, so
+    `spec.kind is ModelKind.GENERATOR` holds for every spec of that kind."""
+
+    __slots__ = ()
+    _named: ClassVar[dict[str, ModelKind]] = {}
+
+    GENERATOR: ClassVar[ModelKind]
+    EMBEDDER: ClassVar[ModelKind]
+    RERANKER: ClassVar[ModelKind]
+    CHUNKER: ClassVar[ModelKind]
+    REWRITER: ClassVar[ModelKind]
+    READER: ClassVar[ModelKind]
+    TRANSCRIBER: ClassVar[ModelKind]
+    EXTRACTOR: ClassVar[ModelKind]
+    CLASSIFIER: ClassVar[ModelKind]
+    PREDICTOR: ClassVar[ModelKind]
+
+    def __new__(cls, value: str) -> ModelKind:
+        known = cls._named.get(value)
+        if known is None:
+            if not isinstance(value, str) or not _KIND_NAME.fullmatch(value):
+                raise ValueError(f"{value!r} is not a kind name (lowercase letters, digits, '_')")
+            known = cls._named[value] = super().__new__(cls, value)
+        return known
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (the cluster's replicas) as the one instance
+        return (ModelKind, (self.value,))
+
+    def __repr__(self) -> str:
+        return f"ModelKind({self.value!r})"
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
 
     @property
     def plural(self) -> str:
         return self.value + "s"
 
-# What each kind is (its folder under models_dir, loaders, capabilities, catalogs) is its
-# module in inferd/kinds; the one table of them is inferd.kinds.KINDS.
 
+_KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
+ModelKind.GENERATOR = ModelKind("generator")
+ModelKind.EMBEDDER = ModelKind("embedder")
+ModelKind.RERANKER = ModelKind("reranker")
+ModelKind.CHUNKER = ModelKind("chunker")
+ModelKind.REWRITER = ModelKind("rewriter")
+ModelKind.READER = ModelKind("reader")
+ModelKind.TRANSCRIBER = ModelKind("transcriber")
+ModelKind.EXTRACTOR = ModelKind("extractor")
+ModelKind.CLASSIFIER = ModelKind("classifier")
+ModelKind.PREDICTOR = ModelKind("predictor")
 
 
 @dataclass(frozen=True)

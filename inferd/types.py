@@ -6,12 +6,43 @@ about HTTP or about one API family."""
 from __future__ import annotations
 
 import builtins
+import json
+import secrets
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from inferd.chat.tools import ToolCall
+
+def new_call_id() -> str:
+    """A fresh tool call id, `call_` + 24 hex digits."""
+    return "call_" + secrets.token_hex(12)
+
+
+@dataclass
+class ToolCall:
+    """A parsed tool call (chat/tool_parser.py parses them, the faces write them). `arguments`
+    is a JSON string encoding an object (OpenAI's shape)."""
+
+    name: str
+    arguments: str
+    id: str = field(default_factory=new_call_id)
+    index: int = 0
+
+    @property
+    def args(self) -> dict:
+        return json.loads(self.arguments)
+
+    def openai(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    def openai_delta(self) -> dict:
+        """One `delta.tool_calls[]` item carrying the whole call (id, name and arguments)."""
+        return {"index": self.index, **self.openai()}
+
+    def ollama(self) -> dict:
+        """Ollama's `message.tool_calls[]`: arguments as an object, not a string."""
+        return {"function": {"index": self.index, "name": self.name, "arguments": self.args}}
+
 
 # "tool_calls": the model stopped on its own after calling tools (chat requests only).
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]

@@ -19,7 +19,8 @@ from llama_cpp import Llama, LlamaGrammar
 from inferd.chat.gbnf import check_gbnf
 from inferd.chat.grammar import (json_object_grammar, json_schema_grammar, ollama_format_grammar, request_grammar,
                                  response_format_grammar, tool_call_grammar)
-from inferd.chat.tools import ToolChoice, parse_tool_calls, validate_tools
+from inferd.chat.tool_parser import parse_tool_calls
+from inferd.chat.tools import ToolChoice, validate_tools
 from inferd.errors import InvalidInput
 from tests.conftest import FIXTURES
 

@@ -7,9 +7,11 @@ import random
 import jinja2
 import pytest
 
-from inferd.chat.tools import (ToolCall, ToolChoice, ToolCallStreamParser, inline_tools, parse_tool_calls,
-                               prepare_messages, resolve_tool_choice, template_renders_tools, validate_tools)
+from inferd.chat.tool_parser import ToolCallStreamParser, parse_tool_calls
+from inferd.chat.tools import (ToolChoice, inline_tools, prepare_messages, resolve_tool_choice,
+                               template_renders_tools, validate_tools)
 from inferd.errors import InvalidInput
+from inferd.types import ToolCall
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather",

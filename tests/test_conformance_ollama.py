@@ -118,7 +118,7 @@ def test_show_of_a_generator_without_a_template(tmp_path):
     d.mkdir()
     # the tiny GGUF has a template; a manifest cannot remove it, so check the rule itself
     from inferd.registry.discovery import make_spec
-    from inferd.registry.spec import ModelKind
+    from inferd.models import ModelKind
     from inferd.service.model_info import capabilities
 
     shutil.copy(FIX / "gguf" / "tiny-llama.gguf", d / "t.gguf")

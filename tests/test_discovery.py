@@ -6,7 +6,7 @@ import pytest
 from inferd.errors import ConfigError
 from inferd.registry.discovery import discover, parse_model_arg
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 
 
 def touch(p: Path, data: bytes = b"x") -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.registry.discovery import make_spec
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from inferd.runtimes.onnx import load_chunker, load_embedder, load_reranker
 from inferd.runtimes.onnx.files import pick_graph
 from inferd.runtimes.onnx.graphs import bert_from_safetensors, read_safetensors

@@ -217,7 +217,7 @@ def test_host_ram_prompt_cache_restores_an_evicted_conversation():
     state goes to host memory, and its next turn gets it back (prefilling only the new part),
     with the tokens a fresh decode gives."""
     from inferd.registry.discovery import make_spec
-    from inferd.registry.spec import ModelKind
+    from inferd.models import ModelKind
     from inferd.runtimes.options import RuntimeOptions
     from inferd.service.loading import LOADERS
     from tests.test_gen_engine import fresh, go

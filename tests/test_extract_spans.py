@@ -1,4 +1,4 @@
-"""GLiNER's greedy span search (runtimes/extract/common.py): the same choice as the plain
+"""GLiNER's greedy span search (runtimes/common/spans.py): the same choice as the plain
 scan over every kept span, in time linear in the candidates (a long text has 10^5 of them)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 
-from inferd.runtimes.extract.common import _overlaps, greedy_spans
+from inferd.runtimes.common.spans import _overlaps, greedy_spans
 
 
 def plain(spans, flat, multi_label):

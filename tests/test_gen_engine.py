@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from inferd.registry.discovery import make_spec
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.generation import Job
 from inferd.service.handles import GeneratorHandle

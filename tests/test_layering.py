@@ -1,8 +1,15 @@
-"""The layering docs/architecture.md describes, checked on the source: runtimes are leaves (they import
-nothing from service, registry, scheduling, api or the kinds table), nothing below api/
-imports the web framework, the kinds table (inferd/kinds) is cheap to read from the registry
-(at module level it imports only the neutral base; runtimes, schedulers and handles only
-inside its loaders), and inferd/ has no import cycle among its modules."""
+"""The layering docs/architecture.md promises, checked on the source. Every import counts, wherever it is:
+at module level, inside a function (a lazy import is still a dependency), or under
+TYPE_CHECKING (a type is a dependency too).
+
+- each "never" of docs/architecture.md's layer rules ("Imports point down only"; runtimes are leaves;
+  the API is HTTP only and reaches models through the service; chat is protocol-free; the
+  shared base imports nothing above it), as the table RULES below;
+- nothing below api/ imports the web framework;
+- the kinds table (inferd/kinds) is cheap to read from the registry: at module level it imports
+  only the neutral base (runtimes, schedulers and handles only inside its loaders);
+- inferd/ has no import cycle: the module graph (function-level imports included, and importing
+  a.b.c runs a/__init__ and a/b/__init__ too) has no strongly connected component."""
 
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ def imports_in(tree: ast.AST, path: Path) -> set[str]:
 
 
 def imports(path: Path) -> set[str]:
-    """Imports at any depth (function-level imports count too)."""
+    """Imports at any depth (function-level and TYPE_CHECKING imports count too)."""
     return imports_in(ast.parse(path.read_text()), path)
 
 
@@ -47,21 +54,92 @@ MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 
 
 def resolve(name: str) -> str | None:
+    """The module an imported name lives in ("inferd.kinds.KINDS" -> "inferd.kinds")."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
 
 
-def test_runtimes_are_leaves():
-    bad = []
-    for name, path in MODULES.items():
-        if not name.startswith("inferd.runtimes"):
+def deps_of(name: str) -> set[str]:
+    """The inferd modules `name` imports, anywhere in its file."""
+    return {d for d in (resolve(i) for i in imports(MODULES[name])) if d and d != name}
+
+
+# ---- docs/architecture.md's layer rules -----------------------------------------------------------------
+# The shared base: engine dataclasses, ModelKind/ModelSpec, domain errors, per-domain engine types.
+BASE = ("inferd.types", "inferd.errors", "inferd.models", "inferd.extraction_types", "inferd.speech_types")
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+# layer -> ("only", allowed) or ("never", forbidden): what modules of that layer may import.
+RULES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # "Nothing in runtimes/ imports service, registry, scheduling or api": runtimes are leaves,
+    # and import nothing above the base at all (not chat, config or the kinds table either:
+    # what a runtime needs, such as a built-in chat template, is passed in by its loader).
+    "inferd.runtimes": ("only", ("inferd.runtimes", *BASE)),
+    # the shared base imports nothing above it
+    **{b: ("only", BASE) for b in BASE},
+    # chat/ is protocol-free: templates, tool calls, grammars over text and the base
+    "inferd.chat": ("only", ("inferd.chat", "inferd.text", *BASE)),
+    "inferd.text": ("only", ("inferd.text", *BASE)),
+    # api/ is HTTP only: a route converts and calls a service verb, never a runtime, the
+    # registry or a scheduler directly
+    "inferd.api": ("never", ("inferd.runtimes", "inferd.registry", "inferd.scheduling")),
+    # down only: the schedulers know neither the service, the registry, the faces nor the kinds
+    # table (scheduling -> runtimes is down: DESIGN lists runtimes below scheduling)
+    "inferd.scheduling": ("never", ("inferd.service", "inferd.registry", "inferd.api", "inferd.kinds",
+                                    "inferd.cli", "inferd.config", "inferd.cluster")),
+    # the registry discovers and loads through the kinds table: it imports no runtime, no
+    # scheduler and nothing above it
+    "inferd.registry": ("never", ("inferd.runtimes", "inferd.scheduling", "inferd.service", "inferd.api",
+                                  "inferd.cli", "inferd.cluster")),
+    "inferd.service": ("never", ("inferd.api", "inferd.cli", "inferd.cluster")),
+}
+
+# TEMPORARY, removed by the lead at merge: `inferd pull`'s CLI module imports the top-level CLI
+# (and inferd.cli imports it and cluster.cli, which imports inferd.cli back); another helper's
+# branch removes exactly this cycle. Nothing else may be added here.
+KNOWN_CLI_CYCLE = frozenset({"inferd.cli", "inferd.cluster.cli", "inferd.registry.pull.cli"})
+ALLOWED_EDGES = {("inferd.registry.pull.cli", "inferd.cli")}
+
+
+def violations(name: str, deps: set[str]) -> list[str]:
+    out = []
+    for layer, (how, targets) in RULES.items():
+        if not _under(name, (layer,)):
             continue
-        for imp in imports(path):
-            if imp.startswith(("inferd.service", "inferd.registry", "inferd.scheduling", "inferd.api",
-                               "inferd.kinds")):
-                bad.append(f"{name} imports {imp}")
+        for d in sorted(deps):
+            if (name, d) in ALLOWED_EDGES:
+                continue
+            bad = not _under(d, targets) if how == "only" else _under(d, targets)
+            if bad:
+                out.append(f"{name} imports {d} ({layer}: {how} {', '.join(targets)})")
+    return out
+
+
+def test_every_layer_rule_holds():
+    bad = [v for name in sorted(MODULES) for v in violations(name, deps_of(name))]
     assert not bad, "\n".join(bad)
+
+
+def test_the_layer_check_can_fail():
+    assert violations("inferd.runtimes.onnx", {"inferd.service.handles"})
+    assert violations("inferd.runtimes.llama_cpp.generator", {"inferd.chat.templates"})
+    assert violations("inferd.api.ollama.manage", {"inferd.registry.pull.names"})
+    assert violations("inferd.chat.tools", {"inferd.api.errors"})
+    assert violations("inferd.types", {"inferd.chat.tools"})
+    assert violations("inferd.scheduling.batcher", {"inferd.registry.registry"})
+    assert not violations("inferd.api.openai.routes", {"inferd.service", "inferd.kinds", "inferd.types"})
+    assert not violations("inferd.scheduling.seq2seq", {"inferd.runtimes.seq2seq.decoding"})
+
+
+def test_the_rules_cover_design_md():
+    """docs/architecture.md's "Nothing in runtimes/ imports service, registry, scheduling or api"."""
+    for above in ("inferd.service", "inferd.registry", "inferd.scheduling", "inferd.api"):
+        assert violations("inferd.runtimes.x", {above + ".y"}), above
 
 
 def module_level_imports(path: Path) -> set[str]:
@@ -85,15 +163,6 @@ def test_the_kinds_table_imports_only_the_base_at_module_level():
     assert not bad, "\n".join(bad)
 
 
-def test_schedulers_and_the_base_do_not_import_the_kinds_table():
-    bad = []
-    for name, path in MODULES.items():
-        if name.startswith(("inferd.scheduling", "inferd.models", "inferd.errors", "inferd.types", "inferd.text",
-                            "inferd.chat")):
-            bad += [f"{name} imports {imp}" for imp in imports(path) if imp.startswith("inferd.kinds")]
-    assert not bad, "\n".join(bad)
-
-
 def test_nothing_below_api_imports_the_web_framework():
     bad = []
     for name, path in MODULES.items():
@@ -106,45 +175,80 @@ def test_nothing_below_api_imports_the_web_framework():
     assert not bad, "\n".join(bad)
 
 
-def test_no_import_cycles_among_module_level_imports():
-    """Module-level imports only: a function-level import is a deliberate lazy edge."""
+# ---- no import cycle -------------------------------------------------------------------------
+def ancestors(name: str) -> set[str]:
+    """The packages importing `name` runs first ("a.b.c" -> a, a.b)."""
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))} & set(MODULES)
+
+
+def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        tree = ast.parse(path.read_text())
-        deps: set[str] = set()
-        for node in tree.body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+    for name in MODULES:
+        deps = deps_of(name)
+        deps |= {a for d in deps for a in ancestors(d)} | ancestors(name)
+        # A package importing its own submodules (re-exports, lazy loaders) is not a cycle of
+        # design: the submodule's edge back to its package is the import system's, not ours.
+        graph[name] = {d for d in deps if d != name and not d.startswith(name + ".")}
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative: the components of more than one module, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, edges = work[-1]
+            w = next((w for w in edges if w in graph), None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
                 continue
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                deps.update(d for d in (resolve(i) for i in imports_in(node, path)) if d and d != name)
-        graph[name] = deps
-    # A package importing its own submodules (re-exports) is not a cycle of design.
-    for name in graph:
-        graph[name] = {d for d in graph[name] if not d.startswith(name + ".")}
-    cycles = find_cycles(graph)
-    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
 
 
-def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    cycles, state, stack = [], {}, []
-
-    def visit(n: str) -> None:
-        state[n] = 1
-        stack.append(n)
-        for d in sorted(graph.get(n, ())):
-            if state.get(d) == 1:
-                cycles.append(stack[stack.index(d):] + [d])
-            elif d not in state:
-                visit(d)
-        stack.pop()
-        state[n] = 2
-
-    for n in sorted(graph):
-        if n not in state:
-            visit(n)
-    return cycles
+def test_no_import_cycle_among_inferd_modules():
+    cycles = [c for c in strongly_connected(import_graph()) if frozenset(c) != KNOWN_CLI_CYCLE]
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def test_the_cycle_finder_can_fail():
-    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
-    assert find_cycles({"a": {"b"}, "b": set()}) == []
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+    assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}) == [["a", "b"], ["c", "d"]]
+
+
+def test_a_package_level_cycle_is_seen():
+    """spacy importing extract.common runs extract/__init__, which (in a function) imported
+    spacy: a cycle through the package, as runtimes/extract and runtimes/spacy once were."""
+    assert ancestors("inferd.runtimes.common.spans") == {"inferd", "inferd.runtimes", "inferd.runtimes.common"}
+    graph = {"x": {"y"}, "x.common": {"x"}, "y": {"x.common", "x"}}
+    assert strongly_connected(graph) == [["x", "x.common", "y"]]

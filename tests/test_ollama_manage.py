@@ -17,7 +17,7 @@ import pytest
 
 from inferd.registry.discovery import discover
 from inferd.registry.pull.puller import Pulled
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from tests.fake_hub import FakeHub
 from tests.server import serve
 from tests.test_pull_hub import REPO, SHARDS, TINY, gguf_repo

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from inferd.registry.discovery import make_spec
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.disk_cache import DiskCache
 from inferd.service.loading import LOADERS

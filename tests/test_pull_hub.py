@@ -262,19 +262,32 @@ def test_a_new_revision_fetches_only_changed_files(hub, tmp_path):
     assert (got.path / "tiny-Q4_K_M-00003-of-00003.gguf").read_bytes() == bytes(changed)
 
 
-def test_onnx_kinds_from_config_and_the_kind_override(hub, tmp_path):
-    from inferd.errors import InvalidInput
-    from inferd.registry.spec import ModelKind
+def test_onnx_kinds_come_from_the_kinds_table_and_the_kind_override(hub, tmp_path):
+    """Architecture markers, pipeline tags and pull formats are the KindSpecs' (inferd/kinds):
+    a CTC speech model is a transcriber by its architecture alone, a token classifier (by its
+    architecture or its pipeline tag) must be told chunker or extractor, and an ONNX generator
+    is refused (generators pull as GGUF)."""
+    from inferd.errors import InvalidInput, NotImplementedYet
+    from inferd.models import ModelKind
 
     side = {"config.json": b"{}", "tokenizer.json": (EMBED / "tokenizer.json").read_bytes()}
     hub.add_repo("acme/rr", {"model.onnx": b"graph", **side}, config={"architectures": ["BertForSequenceClassification"]})
     hub.add_repo("acme/tok", {"onnx/model.onnx": b"graph", **side},
                  config={"architectures": ["BertForTokenClassification"]})
+    hub.add_repo("acme/ctc", {"model.onnx": b"graph", **side}, config={"architectures": ["Wav2Vec2ForCTC"]})
+    hub.add_repo("acme/ner", {"model.onnx": b"graph", **side}, pipeline_tag="token-classification")
+    hub.add_repo("acme/gen-onnx", {"model.onnx": b"graph", **side}, pipeline_tag="text-generation",
+                 config={"architectures": ["LlamaForCausalLM"]})
     p = puller(hub, tmp_path)
     assert p.pull("acme/rr").path == tmp_path / "rerankers" / "acme" / "rr"
-    with pytest.raises(InvalidInput, match="token classifier: it may be a chunker or an extractor"):
-        p.pull("acme/tok")
+    assert p.pull("acme/ctc").path == tmp_path / "transcribers" / "acme" / "ctc"
+    for repo, marker in (("acme/tok", "TokenClassification"), ("acme/ner", "token-classification")):
+        with pytest.raises(InvalidInput, match=f"{marker} model may be a chunker or an extractor; say which with --kind"):
+            p.pull(repo)
     assert p.pull("acme/tok", kind=ModelKind.CHUNKER).path == tmp_path / "chunkers" / "acme" / "tok"
+    assert p.pull("acme/ner", kind=ModelKind.EXTRACTOR).path == tmp_path / "extractors" / "acme" / "ner"
+    with pytest.raises(NotImplementedYet, match="is an ONNX generator; inferd runs generators from GGUF"):
+        p.pull("acme/gen-onnx")
 
 
 def test_the_matching_mmproj_travels_with_the_group(hub, tmp_path):

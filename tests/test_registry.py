@@ -9,7 +9,7 @@ import pytest
 
 from inferd.errors import ModelLoadFailed, ModelNotFound, ModelNotSupported, NotImplementedYet
 from inferd.registry.registry import Registry
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
 
 
 class Model:

@@ -12,7 +12,7 @@ import pytest
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.registry.discovery import make_spec
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 from inferd.runtimes.seq2seq.decoding import DecodeParams, Greedy, process
 from inferd.runtimes.seq2seq.files import locate
 from inferd.kinds.rewriter import load_rewriter

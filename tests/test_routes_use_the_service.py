@@ -23,5 +23,5 @@ def test_no_route_touches_the_registry():
 
 
 def test_the_check_can_fail():
-    text = "svc.registry.resolve(model)\nfrom inferd.registry.spec import ModelKind"
+    text = "svc.registry.resolve(model)\nfrom inferd.registry.registry import Registry"
     assert reaches(text) == ["svc.registry.resolve"]

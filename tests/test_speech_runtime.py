@@ -16,7 +16,7 @@ from inferd.errors import CapabilityMissing, InvalidInput, PayloadTooLarge
 from inferd.runtimes.speech import DecodeOptions, load_ctc, load_whisper
 from inferd.runtimes.speech.audio import decode
 from inferd.runtimes.speech.chunking import plan
-from inferd.runtimes.speech.types import Chunk
+from inferd.speech_types import Chunk
 from inferd.scheduling.speech import SpeechQueue
 from tests.conftest import FIXTURES
 

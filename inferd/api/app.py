@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -38,6 +40,7 @@ from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
 from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
+from inferd.kinds import KINDS
 from inferd.service import InferenceService
 from inferd.storage.responses import ResponseStore
 
@@ -58,6 +61,17 @@ ROUTERS.append(anthropic_messages.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
 ROUTERS += [infill.router, llama_helpers.router]  # llama-server's /infill, /props, /apply-template, /lora-adapters
 ROUTERS.append(slots.router)
+
+
+def kind_routers() -> list[Any]:
+    """The routers the kinds table names (KindSpec.routes, "module:attribute"): a kind that
+    brings its own route modules is served with no edit here."""
+    out = []
+    for spec in KINDS.values():
+        for ref in spec.routes:
+            module, _, attr = ref.partition(":")
+            out.append(getattr(importlib.import_module(module), attr))
+    return out
 
 
 def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -129,7 +143,7 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     async def _unexpected(request: Request, exc: Exception):
         return error_response(exc, family_of(request.url.path))
 
-    for r in ROUTERS:
+    for r in [*ROUTERS, *kind_routers()]:
         app.include_router(r)
     openapi_doc.install(app)  # the real statuses and envelopes, not FastAPI's 422
 
@@ -142,7 +156,7 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=upload_limits(settings))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=upload_limits(settings, service.media.limits))
     # BrowserGuard has refused every disallowed Origin before CORS runs, so CORS may echo any
     # origin that reaches it (a "*" would also answer pages we never allowed).
     app.add_middleware(CORSMiddleware, allow_origin_regex=".*", allow_methods=["*"],

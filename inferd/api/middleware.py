@@ -9,7 +9,7 @@ import os
 import re
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,7 +17,6 @@ from inferd.api.errors import error_response, family_of
 from inferd.errors import InferdError, InvalidInput, PayloadTooLarge, Unauthorized
 from inferd.logs import request_id
 from inferd.metrics import Metrics
-from inferd.scheduling.media import MediaLimits
 from inferd.service.reading import MAX_IMAGES as MAX_READ_IMAGES
 
 log = logging.getLogger("inferd.access")
@@ -87,10 +86,23 @@ class ApiKeyAuth:
 FORM_MARGIN = 256 * 1024   # multipart boundaries, part headers and the small form fields beside a file
 
 
-def upload_limits(settings: Any) -> dict[str, int]:
+class MediaBudget(Protocol):
+    """What the body limits read of the server's media limits (scheduling/media.py's
+    MediaLimits, reached through the service: the API imports no scheduler)."""
+
+    @property
+    def request_bytes(self) -> int: ...
+    @property
+    def per_image_bytes(self) -> int: ...
+
+    def read_budget(self, n_images: int) -> int: ...
+
+
+def upload_limits(settings: Any, media: MediaBudget) -> dict[str, int]:
     """Body limits of the upload routes, where --max-body-bytes alone could refuse a file its
     own limit accepts: a /v1/files upload of exactly --max-file-bytes is a bigger multipart
-    body; an audio upload of --max-audio-bytes likewise (and as base64, 4/3 of it)."""
+    body; an audio upload of --max-audio-bytes likewise (and as base64, 4/3 of it). `media`:
+    the service's media limits (InferenceService.media.limits)."""
     files = settings.max_file_bytes + FORM_MARGIN
     audio = settings.max_audio_bytes + FORM_MARGIN
     routes = {"/v1/files": files, "/ai/v1/transcribe": settings.max_audio_bytes * 4 // 3 + FORM_MARGIN}
@@ -99,11 +111,10 @@ def upload_limits(settings: Any) -> dict[str, int]:
     # Inline images travel as base64 in JSON: a body must be able to carry the whole media
     # budget the route admits (scheduling/media.py), or --max-body-bytes would be the real,
     # smaller limit.
-    lim = MediaLimits.from_settings(settings)
-    media = lim.request_bytes * 4 // 3 + FORM_MARGIN if lim.request_bytes else 0
+    inline = media.request_bytes * 4 // 3 + FORM_MARGIN if media.request_bytes else 0
     for p in MEDIA_ROUTES:
-        routes[p] = media
-    routes["/ai/v1/read"] = lim.read_budget(MAX_READ_IMAGES) * 4 // 3 + FORM_MARGIN if lim.per_image_bytes else 0
+        routes[p] = inline
+    routes["/ai/v1/read"] = media.read_budget(MAX_READ_IMAGES) * 4 // 3 + FORM_MARGIN if media.per_image_bytes else 0
     return {p: n for p, n in routes.items() if n > settings.max_body_bytes}
 
 

@@ -16,76 +16,12 @@ from __future__ import annotations
 
 import re
 
-
-MAX_CODEPOINT = 0x10FFFF
+from inferd.chat.charset import MAX_CODEPOINT, CharSet
+from inferd.chat.grammar_check import check_gbnf as check_gbnf  # re-exported: gbnf's checking half
 
 
 # ---------------------------------------------------------------------------------------
 # character sets and terminals
-
-
-class CharSet:
-    """An immutable set of code points as sorted, disjoint, non-adjacent inclusive ranges."""
-
-    __slots__ = ("ranges",)
-
-    def __init__(self, ranges=()):
-        merged: list[tuple[int, int]] = []
-        for lo, hi in sorted((int(a), int(b)) for a, b in ranges if a <= b):
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-            else:
-                merged.append((lo, hi))
-        self.ranges = tuple(merged)
-
-    @classmethod
-    def of(cls, chars: str) -> CharSet:
-        return cls((ord(c), ord(c)) for c in chars)
-
-    def __or__(self, other: CharSet) -> CharSet:
-        return CharSet(self.ranges + other.ranges)
-
-    def __and__(self, other: CharSet) -> CharSet:
-        out, i, j = [], 0, 0
-        a, b = self.ranges, other.ranges
-        while i < len(a) and j < len(b):
-            lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-            if lo <= hi:
-                out.append((lo, hi))
-            if a[i][1] < b[j][1]:
-                i += 1
-            else:
-                j += 1
-        return CharSet(out)
-
-    def complement(self, universe: CharSet | None = None) -> CharSet:
-        out, start = [], 0
-        for lo, hi in self.ranges:
-            if lo > start:
-                out.append((start, lo - 1))
-            start = hi + 1
-        if start <= MAX_CODEPOINT:
-            out.append((start, MAX_CODEPOINT))
-        result = CharSet(out)
-        return result & universe if universe is not None else result
-
-    def __sub__(self, other: CharSet) -> CharSet:
-        return self & other.complement()
-
-    def __contains__(self, cp: int) -> bool:
-        return any(lo <= cp <= hi for lo, hi in self.ranges)
-
-    def __bool__(self) -> bool:
-        return bool(self.ranges)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, CharSet) and self.ranges == other.ranges
-
-    def __hash__(self) -> int:
-        return hash(self.ranges)
-
-    def __repr__(self) -> str:
-        return f"CharSet({list(self.ranges)!r})"
 
 
 # Code points a UTF-8 encoder can write (no surrogates): what "any character" may mean.
@@ -151,10 +87,3 @@ def prune(rules: dict[str, str], root: str = "root") -> dict[str, str]:
             keep.add(n)
             todo.extend(referenced_rules(rules[n]))
     return {k: v for k, v in rules.items() if k in keep}
-
-
-def check_gbnf(text: str, param: str = "grammar", vocab=None) -> str:
-    """Validate a raw GBNF grammar (see `inferd.chat.grammar_check`); return it unchanged."""
-    from inferd.chat.grammar_check import check_gbnf as check  # it imports CharSet from here
-
-    return check(text, param, vocab)

@@ -21,7 +21,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from inferd.chat.gbnf import MAX_CODEPOINT, CharSet
+from inferd.chat.charset import MAX_CODEPOINT, CharSet
 from inferd.errors import InvalidInput
 
 # llama.cpp refuses larger repetition counts ("exceeds sane defaults"); we refuse them first.

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from inferd.chat.reasoning import ReasoningMarkers, ReasoningStreamSplitter
 from inferd.chat.tool_parser import ToolCallStreamParser
-from inferd.chat.tools import ToolCall, ToolSpec
+from inferd.chat.tools import ToolSpec
+from inferd.types import ToolCall
 
 
 @dataclass

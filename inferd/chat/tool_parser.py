@@ -26,8 +26,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from inferd.chat.tools import ToolCall, ToolSpec
+from inferd.chat.tools import ToolSpec
 from inferd.text.markers import held_suffix_len
+from inferd.types import ToolCall
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 MISTRAL = "[TOOL_CALLS]"

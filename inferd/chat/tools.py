@@ -20,19 +20,14 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from inferd.errors import InvalidInput
+from inferd.types import new_call_id
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's rule for function names
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # output-only: never replayed
-
-
-def new_call_id() -> str:
-    """A fresh tool call id, `call_` + 24 hex digits."""
-    return "call_" + secrets.token_hex(12)
 
 
 @dataclass(frozen=True)
@@ -72,31 +67,6 @@ class ToolChoice:
     def offered(self, specs: list[ToolSpec]) -> list[ToolSpec]:
         """The tools to show the model: none for `none`, all otherwise (OpenAI shows all)."""
         return [] if self.mode == "none" else list(specs)
-
-
-@dataclass
-class ToolCall:
-    """A parsed call. `arguments` is a JSON string encoding an object (OpenAI's shape)."""
-
-    name: str
-    arguments: str
-    id: str = field(default_factory=new_call_id)
-    index: int = 0
-
-    @property
-    def args(self) -> dict:
-        return json.loads(self.arguments)
-
-    def openai(self) -> dict:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-    def openai_delta(self) -> dict:
-        """One `delta.tool_calls[]` item carrying the whole call (id, name and arguments)."""
-        return {"index": self.index, **self.openai()}
-
-    def ollama(self) -> dict:
-        """Ollama's `message.tool_calls[]`: arguments as an object, not a string."""
-        return {"function": {"index": self.index, "name": self.name, "arguments": self.args}}
 
 
 def validate_tools(tools, param: str = "tools") -> list[ToolSpec]:
@@ -316,10 +286,3 @@ def inline_tools(messages: list[dict], specs: list[ToolSpec], choice: ToolChoice
     return out
 
 
-def __getattr__(name: str):
-    # The output side lives in tool_parser (it imports this module); re-exported lazily so
-    # `from inferd.chat.tools import parse_tool_calls` works without an import cycle.
-    if name in ("ParsedDelta", "ToolCallStreamParser", "parse_tool_calls"):
-        from inferd.chat import tool_parser
-        return getattr(tool_parser, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

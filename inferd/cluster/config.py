@@ -24,7 +24,7 @@ from typing import Any
 
 from inferd.config import parse_size
 from inferd.errors import ConfigError
-from inferd.kinds import parse_kind
+from inferd.kinds import KINDS, parse_kind
 from inferd.models import ModelKind
 
 _KEYS = {"name", "kind", "path", "num_replicas", "autoscaling", "num_cpus", "memory", "resources",
@@ -69,7 +69,7 @@ def _kind(value: Any, where: str) -> ModelKind | None:
     w = str(value).strip().lower()
     kind = parse_kind(w)
     if kind is None:
-        raise ConfigError(f"{where}: unknown kind {value!r} (one of {', '.join(k.value for k in ModelKind)})")
+        raise ConfigError(f"{where}: unknown kind {value!r} (one of {', '.join(KINDS)})")
     return kind
 
 

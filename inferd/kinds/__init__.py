@@ -13,16 +13,18 @@ as the kind's typed handle, service/handles.py), and what catalogs and the obser
 the catalogs (/v1/models, Ollama tags, Antfly /ai/v1/models) and the observer read it; none
 of them has an if-chain over kinds of its own.
 
-Adding a kind (docs/architecture-kinds.md has the long form):
-  1. the enum member in inferd/models.py (`ModelKind.SPEAKER = "speaker"`);
-  2. a leaf runtime under inferd/runtimes/ (imports nothing above it) with a load(spec, options);
+Adding a kind touches only its own files (docs/architecture-kinds.md has the long form, with
+the toy "counter" kind of tests/test_kinds_toy.py as its example):
+  1. its name, in its kind module: `ModelKind("speaker")` (ModelKind is open: no edit of models.py);
+  2. a leaf runtime under inferd/runtimes/ (imports only the base) with a load(spec, options);
   3. its handle in service/handles.py (`runtime`, `scheduler`, `size_bytes`, `stats()`,
      `close()`), or reuse EncoderHandle via `batched(...)`;
   4. a module here, `inferd/kinds/<kind>.py`, defining `<KIND>: KindSpec[<Handle>] = KindSpec(...)`
-     (loaders per format, folder, formats/architectures, capabilities, pipeline tags, faces);
+     (loaders per format, folder, formats/architectures, capabilities, pipeline tags, faces,
+     and `routes`: its own route modules, mounted by create_app);
   5. one entry in `KINDS` below;
-  6. a service verb (service/<verb>.py) calling `registry.use(name, <KIND>)`, which yields the
-     typed handle, and one route module per API face (api/<face>/<verb>.py) calling that verb.
+  6. a service verb calling `registry.use(name, <KIND>)`, which yields the typed handle, and
+     one route module per API face calling that verb.
 Discovery, pulls, loading, catalogs, /load and /metrics then know the kind with no other edit."""
 
 from __future__ import annotations

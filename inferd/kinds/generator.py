@@ -19,12 +19,13 @@ if TYPE_CHECKING:
 
 
 def load(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
+    from inferd.chat.templates import BUILTIN_TEMPLATES
     from inferd.runtimes.llama_cpp import load_generator
     from inferd.scheduling.disk_cache import DiskCache
     from inferd.scheduling.generation import GenerationEngine
     from inferd.service.handles import GeneratorHandle
 
-    backend = load_generator(spec, opts)
+    backend = load_generator(spec, opts, BUILTIN_TEMPLATES)  # gemma GGUFs ship no template
     disk = None
     if opts.cache_dir and opts.cache_disk_size > 0:  # scheduling/disk_cache.py
         try:

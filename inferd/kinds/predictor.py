@@ -24,4 +24,5 @@ def load(spec: ModelSpec, opts: RuntimeOptions) -> PredictorHandle:
 
 
 PREDICTOR: KindSpec[PredictorHandle] = KindSpec(
-    ModelKind.PREDICTOR, {"tabular": load}, folder=None, formats=("tabular",), faces=frozenset())
+    ModelKind.PREDICTOR, {"tabular": load}, folder=None, formats=("tabular",), faces=frozenset(),
+    inputs=("tabular",))

@@ -64,6 +64,10 @@ class KindSpec(Generic[H]):
     load_overhead: float = 1.0  # resident size before loading = files x this (a generator's KV cache)
     # ---- observer: which scheduler view /load, /metrics and /slots take of a loaded handle ----
     observe: Literal["engine", "batch"] | None = None
+    # ---- routes: the kind's own route modules, "module:attribute" of a FastAPI APIRouter,
+    # mounted by create_app (api/app.py) and imported only then (the table stays cheap). The
+    # built-in kinds' routes serve several kinds each and are listed in api/app.py's ROUTERS.
+    routes: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[ModelKind]:
         yield self.kind

@@ -1,5 +1,2 @@
-"""Model registry: discovery on disk, served names, load on demand, keep-alive and LRU."""
-
-from inferd.registry.spec import ModelKind, ModelSpec
-
-__all__ = ["ModelKind", "ModelSpec"]
+"""Model registry: discovery on disk, served names, load on demand, keep-alive and LRU.
+ModelKind and ModelSpec are the neutral base's (inferd/models.py)."""

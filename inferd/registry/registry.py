@@ -29,7 +29,7 @@ from inferd.errors import (ConfigError, InferdError, InvalidInput, MemoryBudgetE
                            ModelNotFound, ModelNotSupported)
 from inferd.observability.context import note_model
 from inferd.registry.pull.names import aliases as name_aliases
-from inferd.registry.spec import ModelKind, ModelSpec
+from inferd.models import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd.registry")
 

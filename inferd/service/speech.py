@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
-from inferd.runtimes.speech.types import FALLBACK_TEMPERATURES, ChunkResult, DecodeOptions, Segment
+from inferd.speech_types import FALLBACK_TEMPERATURES, ChunkResult, DecodeOptions, Segment
 from inferd.scheduling.admission import Admission
 from inferd.service.core import Catalog
 from inferd.service.handles import TranscriberHandle

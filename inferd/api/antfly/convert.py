@@ -6,36 +6,37 @@ from typing import Any, Callable
 
 from inferd.api.antfly.schemas import ChunkConfig, ChunkRequest
 from inferd.errors import InvalidInput
-from inferd.models import ModelKind, ModelSpec
+from inferd.kinds import KINDS, listed_in
+from inferd.models import ModelSpec
 from inferd.registry.builtins import SEMANTIC
 from inferd.service import ChunkResult
 from inferd.text.chunking import FixedConfig
 from inferd.text.semantic import SemanticConfig
 
-_INPUTS = {ModelKind.READER: ["image"], ModelKind.TRANSCRIBER: ["audio"], ModelKind.PREDICTOR: ["tabular"]}
-
 
 def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allow_downloads: bool,
            extras: Callable[[ModelSpec], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """`extras`: per-model state for its kind map entry (a generator's active LoRA adapter)."""
+    """`extras`: per-model state for its kind map entry (a generator's active LoRA adapter).
+    The kinds listed, their `inputs` and their extra fields are the kinds table's (KindSpec
+    `faces`, `inputs`, `catalog`); predictors are not listed here (they live under /ml/v1)."""
     out: dict[str, Any] = {"object": "list", "data": [], "allow_downloads": allow_downloads,
                            "backends": backends}
-    for kind in ModelKind:
-        if kind is not ModelKind.PREDICTOR:
-            out[kind.plural] = {}
+    listed = listed_in("antfly")
+    for kind in listed:
+        out[kind.plural] = {}
     for s in specs:
-        if s.kind is ModelKind.PREDICTOR:
-            continue  # predictors live under /ml/v1
+        if s.kind not in listed:
+            continue
+        ks = KINDS[s.kind]
         out["data"].append({"id": s.name, "object": "model", "created": created, "owned_by": "inferd",
                             "type": s.kind.value})
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
-                                      "inputs": (["text", "image"] if "image" in s.capabilities
-                                                 else _INPUTS.get(s.kind, ["text"])), "format": s.format,
+                                      "inputs": ["text", "image"] if "image" in s.capabilities else list(ks.inputs),
+                                      "format": s.format,
                                       **({"unsupported": s.manifest["unsupported"]} if s.manifest.get("unsupported")
                                          else {}),
-                                      **(extras(s) if extras else {})}
-        if s.kind is ModelKind.REWRITER:
-            out[s.kind.plural][s.name]["architecture"] = s.manifest.get("architecture")
+                                      **(extras(s) if extras else {}),
+                                      **(ks.catalog(s) if ks.catalog else {})}
     return out
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from inferd.chat.tools import ToolCall
 from inferd.types import FinishReason, Generation, Usage
+from inferd.types import ToolCall
 
 
 def new_id() -> str:

@@ -10,11 +10,16 @@ from typing import Any
 
 from inferd.config import parse_duration
 from inferd.errors import InvalidInput
-from inferd.models import model_ggufs
-from inferd.models import ModelKind, ModelSpec
+from inferd.kinds import listed_in
+from inferd.models import ModelKind, ModelSpec, model_ggufs
 
-# Ollama serves chat/generate models and embedding models; other kinds are not its business.
-OLLAMA_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER)
+
+def ollama_kinds() -> tuple[ModelKind, ...]:
+    """Ollama serves chat/generate and embedding models; other kinds are not its business:
+    the kinds whose KindSpec `faces` name "ollama" (read per call)."""
+    return listed_in("ollama")
+
+
 _FOREVER = "2318-01-01T00:00:00Z"
 _FOREVER_TS = dt.datetime(2318, 1, 1, tzinfo=dt.timezone.utc).timestamp()
 
@@ -75,7 +80,7 @@ def ps(loaded: list[dict[str, Any]]) -> dict[str, Any]:
     out = []
     for e in loaded:
         spec: ModelSpec = e["spec"]
-        if spec.kind not in OLLAMA_KINDS:
+        if spec.kind not in ollama_kinds():
             continue
         exp = e["expires_at"]
         size = e.get("size_bytes") or spec.size_bytes  # estimated resident size: weights + KV cache

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferd.api.deps import get_service
 from inferd.api.streaming import cancel_on_disconnect, ndjson_response
 from inferd.errors import InvalidInput
-from inferd.registry.pull.names import is_hub_name
 from inferd.service import InferenceService
 
 router = APIRouter(prefix="/api")
@@ -98,12 +97,14 @@ async def _noop() -> None:
 async def pull(body: PullBody, request: Request, svc: InferenceService = Depends(get_service)):
     name = _name(body.model, body.name)
     mgr = svc.models_mgr
-    await mgr.check_pull(name, hub=is_hub_name(name), insecure=body.insecure)  # 403/400 before any byte
+    # hub=False: Ollama's `namespace/model` is its own registry's; an `hf.co/...` name still goes
+    # to the Hub (the service tells the two apart, so this face parses no names)
+    await mgr.check_pull(name, hub=False, insecure=body.insecure)  # 403/400 before any byte
     if not body.stream:
-        await cancel_on_disconnect(request, mgr.pull(name, hub=is_hub_name(name), insecure=body.insecure))
+        await cancel_on_disconnect(request, mgr.pull(name, hub=False, insecure=body.insecure))
         return {"status": "success"}
     q: asyncio.Queue = asyncio.Queue()
-    work = mgr.pull(name, q.put_nowait, hub=is_hub_name(name), insecure=body.insecure)
+    work = mgr.pull(name, q.put_nowait, hub=False, insecure=body.insecure)
     return ndjson_response(_progress(work, q), _noop)
 
 

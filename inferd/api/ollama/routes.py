@@ -21,7 +21,7 @@ async def version() -> dict:
 
 @router.get("/tags")
 async def tags(svc: InferenceService = Depends(get_service)) -> dict:
-    return convert.tags(svc.models(*convert.OLLAMA_KINDS), svc.started_at)
+    return convert.tags(svc.models(*convert.ollama_kinds()), svc.started_at)
 
 
 @router.get("/ps")
@@ -31,7 +31,7 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
-    spec = svc.resolve_served(req.model or req.name, *convert.OLLAMA_KINDS)
+    spec = svc.resolve_served(req.model or req.name, *convert.ollama_kinds())
     meta = await asyncio.to_thread(svc.models_mgr.gguf_metadata, spec)
     template = await svc.chat_template(spec)
     return convert.show(spec, svc.started_at, meta, template, model_info.capabilities(spec, template))

@@ -22,7 +22,7 @@ from inferd.api.deps import get_service
 from inferd.api.openai.files import read_audio
 from inferd.api.streaming import cancel_on_disconnect, sse_response
 from inferd.errors import InvalidInput, PayloadTooLarge
-from inferd.runtimes.speech.types import Segment
+from inferd.speech_types import Segment
 from inferd.service import InferenceService
 from inferd.service.speech import TranscribeRequest, Transcription
 

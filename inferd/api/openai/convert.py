@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from inferd.kinds import listed_in
 from inferd.models import ModelKind, ModelSpec
 
-# What the OpenAI face can use: chat/completions, embeddings, rerank, audio.
-OPENAI_KINDS = (ModelKind.GENERATOR, ModelKind.EMBEDDER, ModelKind.RERANKER, ModelKind.TRANSCRIBER)
+
+def openai_kinds() -> tuple[ModelKind, ...]:
+    """The kinds the OpenAI face lists and resolves (those it can use: chat/completions,
+    embeddings, rerank, audio): each KindSpec whose `faces` name "openai". Read per call, so a
+    kind registered after import is listed too."""
+    return listed_in("openai")
 
 
 def model_entry(spec: ModelSpec, created: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ async def list_models(request: Request, limit: int = Query(20), after_id: str | 
     if anthropic_models.wants_anthropic(request):  # the Anthropic SDK: its page of generators
         return anthropic_models.model_page(svc.models(ModelKind.GENERATOR), int(svc.started_at), limit, after_id,
                                            before_id)
-    specs = svc.models(*convert.OPENAI_KINDS)
+    specs = svc.models(*convert.openai_kinds())
     meta = await asyncio.to_thread(lambda: {s.name: _meta(svc, s) for s in specs})
     out = convert.model_list(specs, int(svc.started_at), lambda s: {**svc.lora_info(s), **meta[s.name]})
     out["data"] += [convert.adapter_entry(name, spec, int(svc.started_at)) for name, spec in svc.adapter_models()]
@@ -50,6 +50,6 @@ async def get_model(model_id: str, request: Request, svc: InferenceService = Dep
     adapter = dict(svc.adapter_models()).get(model_id) if svc.lookup(model_id) is None else None
     if adapter is not None:  # `base:adapter`, a LoRA served under its own name
         return convert.adapter_entry(model_id, adapter, int(svc.started_at))
-    spec = svc.resolve_served(model_id, *convert.OPENAI_KINDS)  # not one --allow-downloads would fetch
+    spec = svc.resolve_served(model_id, *convert.openai_kinds())  # not one --allow-downloads would fetch
     meta = await asyncio.to_thread(_meta, svc, spec)
     return convert.model_entry(spec, int(svc.started_at), {**svc.lora_info(spec), **meta})

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from inferd.errors import InferdError, InvalidInput, NotFound, NotImplementedYet, UpstreamFailed
+from inferd.kinds import FALLBACK, KINDS, AmbiguousKind, kind_of_architecture, kind_of_format, kinds_of_pipeline
+from inferd.models import ModelKind
 from inferd.registry.pull import quants
 from inferd.registry.pull.names import hub_served_name
 from inferd.registry.pull.transfer import Progress, Remote
-from inferd.registry.spec import ModelKind
 
 log = logging.getLogger("inferd.pull")
 
@@ -29,12 +30,12 @@ _ONNX_SIDE = {"config.json", "tokenizer.json", "tokenizer_config.json", "special
               "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json"}
 _QUANTIZED = re.compile(r"(?i)(_quantized|_int8|_qint8|-i8)$")
 _OTHER_VARIANT = re.compile(r"(?i)(_fp16|_q4f16|_q4|_uint8|_quint8|_bnb4|_o[1-4])$")
-_PIPELINE_KINDS = {"feature-extraction": ModelKind.EMBEDDER, "sentence-similarity": ModelKind.EMBEDDER,
-                   "text-classification": ModelKind.RERANKER, "text-ranking": ModelKind.RERANKER,
-                   "text2text-generation": ModelKind.REWRITER, "summarization": ModelKind.REWRITER,
-                   "translation": ModelKind.REWRITER, "image-to-text": ModelKind.READER,
-                   "automatic-speech-recognition": ModelKind.TRANSCRIBER, "text-generation": ModelKind.GENERATOR,
-                   "image-text-to-text": ModelKind.GENERATOR}
+
+
+def _pulls_as(kind: ModelKind, fmt: str) -> bool:
+    """Whether the kinds table says a kind can be pulled in `fmt` (KindSpec.pull_formats)."""
+    spec = KINDS.get(kind)
+    return spec is not None and fmt in spec.pull_formats
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,10 @@ class Hub:
         mm = quants.pick_mmproj([quants.GFile(f.path, f.size or 0) for f in listing.files], group)
         if mm is not None:
             chosen.append(sizes[mm.path])
-        kind = kind or _PIPELINE_KINDS.get(listing.pipeline_tag or "", ModelKind.GENERATOR)
-        if kind not in (ModelKind.GENERATOR, ModelKind.EMBEDDER):
-            kind = ModelKind.GENERATOR
+        # the kind the pipeline tag names, among those pulled as GGUF; else what GGUF alone makes
+        kind = kind or next((k for k in kinds_of_pipeline(listing.pipeline_tag) if _pulls_as(k, "gguf")), None)
+        if kind is None or not _pulls_as(kind, "gguf"):
+            kind = kind_of_format("gguf") or ModelKind.GENERATOR
         label = _safe_label(group.label)
         return Plan(listing.repo, listing.commit, kind, "gguf", group.label, chosen,
                     hub_served_name(listing.repo, group.label), f"{kind.plural}/{listing.repo}/{label}", groups)
@@ -174,22 +176,30 @@ class Hub:
             data = {pick.path + "_data", pick.path + ".data", pick.path[: -len(".onnx")] + ".onnx_data"}
             chosen += [f for f in listing.files if f.path in data]
         kind = kind or self._onnx_kind(listing)
-        if kind is ModelKind.GENERATOR:
-            raise NotImplementedYet(f"'{listing.repo}' is an ONNX text generator; inferd runs generators from GGUF")
+        if not _pulls_as(kind, "onnx"):  # a generator: inferd runs those from GGUF
+            kinds = KINDS.get(kind)
+            runs = " or ".join(f.upper() for f in kinds.pull_formats) if kinds and kinds.pull_formats else "no pull"
+            raise NotImplementedYet(f"'{listing.repo}' is an ONNX {kind.value}; inferd runs {kind.plural} from {runs}")
         return Plan(listing.repo, listing.commit, kind, "onnx", None, side + chosen, listing.repo,
                     f"{kind.plural}/{listing.repo}")
 
     @staticmethod
     def _onnx_kind(listing: Listing) -> ModelKind:
+        """What the kinds table makes of an ONNX repo: the kind its config.json architectures
+        mark (WhisperForConditionalGeneration: a transcriber), else the kind its pipeline tag
+        names, else an embedder. A token classifier may be a chunker or an extractor: the
+        caller must say which."""
         arch = " ".join(listing.config.get("architectures") or [])
-        if "TokenClassification" in arch or listing.pipeline_tag == "token-classification":
-            raise InvalidInput(f"'{listing.repo}' is a token classifier: it may be a chunker or an extractor; "
-                               "say which with --kind", "kind")
-        for marker, k in (("SequenceClassification", ModelKind.RERANKER), ("Whisper", ModelKind.TRANSCRIBER),
-                          ("VisionEncoderDecoder", ModelKind.READER), ("ConditionalGeneration", ModelKind.REWRITER)):
-            if marker in arch:
-                return k
-        return _PIPELINE_KINDS.get(listing.pipeline_tag or "", ModelKind.EMBEDDER)
+        try:
+            kind = kind_of_architecture(arch)
+            if kind is None:
+                by_tag = kinds_of_pipeline(listing.pipeline_tag)
+                if len(by_tag) > 1:
+                    raise AmbiguousKind(str(listing.pipeline_tag), by_tag)
+                kind = by_tag[0] if by_tag else FALLBACK
+        except AmbiguousKind as e:
+            raise InvalidInput(f"'{listing.repo}' is not one kind: {e}; say which with --kind", "kind") from e
+        return kind
 
     # ---- transfer ----------------------------------------------------------------------------
     def fetcher(self, plan: Plan, f: HubFile) -> Callable[[BinaryIO, int, Progress], None]:

@@ -34,7 +34,7 @@ from inferd.registry.pull.names import OllamaRef, is_hub_name, parse_hub, parse_
 from inferd.registry.pull.ollama import LAYER_FILES, MT, Registry, read_params
 from inferd.registry.pull.quants import Chooser
 from inferd.registry.pull.transfer import Transfers
-from inferd.registry.spec import ModelKind
+from inferd.models import ModelKind
 
 log = logging.getLogger("inferd.pull")
 Event = Callable[[dict[str, Any]], None]

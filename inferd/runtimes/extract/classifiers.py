@@ -21,7 +21,7 @@ import numpy as np
 
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.extraction_types import Entity, ExtractOptions
-from inferd.runtimes.extract.common import Piece, match_labels, sigmoid, softmax
+from inferd.runtimes.common.spans import Piece, match_labels, sigmoid, softmax
 from inferd.runtimes.onnx.tokenize import Encoded, TextTokenizer, pad
 
 _BEGIN = ("B-", "U-", "S-")

@@ -33,7 +33,7 @@ import numpy as np
 
 from inferd.errors import InvalidInput, ModelLoadFailed, PayloadTooLarge
 from inferd.extraction_types import Entity, ExtractOptions, Relation, RelationSpec
-from inferd.runtimes.extract.common import Piece, greedy_spans, sigmoid
+from inferd.runtimes.common.spans import Piece, greedy_spans, sigmoid
 
 WORD = re.compile(r"\w+(?:[-_]\w+)*|\S")
 REL_PROMPT = "Extract relationships between entities from the text: "  # gliner.multitask's prompt

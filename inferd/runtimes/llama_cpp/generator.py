@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
@@ -48,7 +49,9 @@ class LlamaGenerator:
     def __init__(self, spec: ModelSpec, n_seq: int = 4, n_threads: int | None = None,
                  n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH, mmproj: Path | None = None,
                  cache_dtype: str = "f16", n_gpu_layers: int = 0, mmproj_threads: int | None = None,
-                 mmproj_gpu: bool = True):
+                 mmproj_gpu: bool = True, builtin_templates: Mapping[str, str] | None = None):
+        """`builtin_templates`: architecture -> the chat template of GGUFs that ship none (gemma);
+        passed in by the loader (inferd/chat has them: a runtime imports nothing above it)."""
         self.spec, self.name = spec, spec.name
         self.size_bytes = 0  # weights + KV cache, estimated below (the registry's memory budget)
         if cache_dtype not in KV_TYPES:
@@ -83,7 +86,7 @@ class LlamaGenerator:
                 self.ctx.close()
             self.model.close()
             raise
-        self.chat_template = self._template()
+        self.chat_template = self._template(builtin_templates or {})
         self._adapter_lock = threading.Lock()  # adapters load on request threads, apply on the worker
         self.bos_text = self.model.token_text(self.model.bos) if self.model.bos >= 0 else ""
         self.eos_text = self.model.token_text(self.model.eos) if self.model.eos >= 0 else ""
@@ -101,11 +104,9 @@ class LlamaGenerator:
         finally:
             self.ctx.clear()
 
-    def _template(self) -> str | None:
-        from inferd.chat.templates import builtin_template
-
+    def _template(self, builtin: Mapping[str, str]) -> str | None:
         return (self.spec.manifest.get("chat_template") or self.model.chat_template
-                or builtin_template(self.model.architecture))
+                or builtin.get(self.model.architecture))
 
     def close(self) -> None:
         """Free the native context and weights. Only once the engine's worker has stopped:
@@ -300,8 +301,10 @@ def estimate_bytes(model: LlamaModel, kv_tokens: int, kv_bytes: float = 2.0) -> 
     return int((weights + kv) * 1.1)
 
 
-def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> LlamaGenerator:
-    """(GENERATOR, "gguf"): `--parallel` slots (or the manifest's), `--threads` CPU threads."""
+def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions(),
+                   builtin_templates: Mapping[str, str] | None = None) -> LlamaGenerator:
+    """(GENERATOR, "gguf"): `--parallel` slots (or the manifest's), `--threads` CPU threads;
+    `builtin_templates` as for LlamaGenerator."""
     n_seq = int(spec.manifest.get("parallel") or opts.parallel)
     dtype = str(spec.manifest.get("cache_dtype") or opts.cache_dtype)
     mmproj = spec.manifest.get("mmproj")
@@ -312,6 +315,6 @@ def load_generator(spec: ModelSpec, opts: RuntimeOptions = RuntimeOptions()) -> 
         return LlamaGenerator(spec, n_seq=n_seq, n_threads=opts.threads, n_ctx=opts.n_ctx, n_batch=opts.n_batch,
                               mmproj=Path(mmproj) if mmproj else None, cache_dtype=dtype,
                               n_gpu_layers=opts.n_gpu_layers, mmproj_threads=opts.mmproj_threads,
-                              mmproj_gpu=opts.mmproj_gpu)
+                              mmproj_gpu=opts.mmproj_gpu, builtin_templates=builtin_templates)
     except InvalidInput as e:
         raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e

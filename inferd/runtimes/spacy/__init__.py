@@ -14,7 +14,7 @@ from typing import Any
 
 from inferd.errors import ModelLoadFailed
 from inferd.extraction_types import Entity, ExtractOptions
-from inferd.runtimes.extract.common import Piece, match_labels
+from inferd.runtimes.common.spans import Piece, match_labels
 
 
 class SpacyExtractor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferd.runtimes.speech.types import Chunk, ChunkResult, DecodeOptions, Segment, Word
+from inferd.speech_types import Chunk, ChunkResult, DecodeOptions, Segment, Word
 
 
 def load_whisper(path: Path, threads: int | None = None, name: str = "", compute_type: str = "default"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferd.runtimes.speech.types import Chunk
+from inferd.speech_types import Chunk
 
 
 def plan(audio: np.ndarray, rate: int, language: str | None, window: float = 30.0) -> list[Chunk]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.errors import CapabilityMissing, InvalidInput, ModelLoadFailed
-from inferd.runtimes.speech.types import Chunk, ChunkResult, DecodeOptions, Segment, Word
+from inferd.speech_types import Chunk, ChunkResult, DecodeOptions, Segment, Word
 
 _SPECIAL = {"<s>", "</s>", "<unk>", "<pad>"}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.errors import CapabilityMissing, InvalidInput, ModelLoadFailed
-from inferd.runtimes.speech.types import ChunkResult, Chunk, DecodeOptions, Segment, Word
+from inferd.speech_types import ChunkResult, Chunk, DecodeOptions, Segment, Word
 
 log = logging.getLogger("inferd.runtimes.speech")
 

@@ -1,4 +1,6 @@
-"""`inferd ml import MODEL_FILE --name NAME [--ml-dir DIR] [--force]`."""
+"""`inferd ml import MODEL_FILE --name NAME [--ml-dir DIR] [--force]`: the command line of the
+tabular importers (runtimes/tabular/importers). Here, beside cli.py, not in the runtime: it
+reads the server's settings for the default ml-dir, and runtimes import nothing above them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Helpers shared by the extraction runtimes: label matching, span overlap search, activations."""
+"""Helpers shared by the extraction runtimes (extract/, spacy/): label matching, span overlap
+search, activations. Here, not in extract/, so that spacy/ does not import the extract package
+(which loads spacy/ for a spaCy folder)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Engine types of speech recognition, shared by the Whisper and CTC runtimes and their callers.
+"""Engine types of speech recognition (/v1/audio/*, /ai/v1/transcribe), shared by the Whisper
+and CTC runtimes, the speech service and the faces: the shared base, not a runtime module, so
+the API converters read them without importing a runtime.
 
 A transcription is cut into chunks (at most 30 s of audio each, the window Whisper sees);
 a model's queue decodes the chunks of many requests together, one batch at a time."""
@@ -6,8 +8,10 @@ a model's queue decodes the chunks of many requests together, one batch at a tim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 # OpenAI's ladder for temperature 0: raise the temperature while the output looks wrong
 # (too repetitive or too unlikely), as whisper and faster-whisper do.
