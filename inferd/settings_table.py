@@ -84,11 +84,11 @@ class Option:
 
     def argparse_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"dest": self.name, "help": self.help.replace("%", "%%")}
+        if self.kind == "bool" and self.setting:
+            # absent, a setting's switch leaves None, so env and file still apply
+            return {**kw, "action": "store_const", "const": not self.default, "default": None}
         if self.kind == "bool":
-            # A setting's switch leaves None when absent, so env and file still apply.
-            kw.update(action="store_const", const=not self.default, default=None) if self.setting \
-                else kw.update(action="store_true")
-            return kw
+            return {**kw, "action": "store_true"}
         if self.repeat:
             kw["action"] = "append"
         if self.choices:
@@ -176,7 +176,8 @@ def _from_field(name: str, f: FieldInfo) -> Option:
 # The command-line switches that are not settings: what a command does, not how the server runs.
 COMMAND_LINE_ONLY = (
     Option(name="config", kind="path", default=None, help="TOML or JSON config file: any setting, by its key",
-           group="models", scopes=(COMMON, ML), flags=("--config",), env="INFERD_CONFIG", setting=False),
+           group="models", scopes=(COMMON, ML), flags=("--config",), env="INFERD_CONFIG", metavar="FILE",
+           setting=False),
     Option(name="ray", kind="str", default=None, help="deploy on an existing Ray cluster (host:port) instead of "
            "serving here; needs --cluster-config and inferd[cluster]", group="cluster", scopes=(SERVE,),
            flags=("--ray",), env=None, metavar="ADDRESS", setting=False),

@@ -63,13 +63,13 @@ def _delete(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _status_arguments(p: argparse.ArgumentParser) -> None:
-    add_option(p, OPTIONS["ray"], required=True)
-    p.add_argument("--json", action="store_true")
-
-
 def _ray_argument(p: argparse.ArgumentParser) -> None:
-    add_option(p, OPTIONS["ray"], required=True)
+    add_option(p, OPTIONS["ray"], required=True)  # status and delete need the cluster; serve does not
+
+
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    _ray_argument(p)
+    p.add_argument("--json", action="store_true")
 
 
 COMMANDS = (Command("cluster", "run inferd on a Ray cluster (deploy, status, delete)", subcommands=(
