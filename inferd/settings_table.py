@@ -165,6 +165,8 @@ def _bound(f: FieldInfo, cls: type) -> float | None:
 
 def _from_field(name: str, f: FieldInfo) -> Option:
     extra: dict[str, Any] = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+    if "group" not in extra:
+        raise TypeError(f"setting {name!r} is declared without config.option(): it needs help, a group, scopes")
     kind, choices = _kind(f)
     return Option(
         name=name, kind=kind, default=f.get_default(call_default_factory=True), help=f.description or "", group=str(extra["group"]), scopes=tuple(extra["scopes"]),

@@ -84,6 +84,13 @@ def test_the_docs_region_is_current():
     assert main_doc(["--check"]) == 0
 
 
+def test_the_doc_generator_prints_the_tables(capsys):
+    assert main_doc([]) == 0
+    out = capsys.readouterr().out
+    assert out == settings_doc.table() and out.count("### ") == len(GROUPS)
+    assert "| `--max-memory` | `INFERD_MAX_MEMORY` | `max_memory` | 75% of RAM |" in out
+
+
 def main_doc(argv: list[str]) -> int:
     return settings_doc.main(argv)
 
