@@ -9,9 +9,10 @@ import os
 import re
 import tomllib
 from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from inferd.errors import ConfigError
@@ -73,84 +74,193 @@ def _split_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def _expand(v: Path) -> Path:
+    return v.expanduser()
+
+
+def all_cores() -> int:
+    """What `threads` unset means: every core the machine has."""
+    return max(1, os.cpu_count() or 1)
+
+
+# The value types of settings. Each carries its parser, so a field's type says how a flag, an
+# INFERD_* variable or a config-file value is read (inferd/settings_table.py reads them back).
+SIZE = BeforeValidator(parse_size)            # bytes: 1073741824, "8GiB", "512MB"
+DURATION = BeforeValidator(parse_duration)    # seconds: 300, "5m", "1h", "-1" (= forever)
+Size = Annotated[int, SIZE]
+Duration = Annotated[float, DURATION]
+Folder = Annotated[Path, AfterValidator(_expand)]
+# env and file: "a,b" or a JSON list; the command line: a repeated flag or one "a,b"
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
+
+# Which commands take an option's flag (inferd/cli_api.py): COMMON every command that reads
+# the settings; SERVE `serve`, its aliases and `cluster deploy`; LOCAL `serve` and its aliases
+# (a server on this machine); MODEL `serve` alone; PULL `pull`; ML `ml import`.
+COMMON, SERVE, LOCAL, MODEL, PULL, ML = "common", "serve", "local", "model", "pull", "ml"
+
+
+def option(default: Any = None, help: str = "", *, group: str, scopes: tuple[str, ...] = (SERVE,),
+           flags: tuple[str, ...] = (), metavar: str | None = None, repeat: bool = False,
+           shown: str | None = None, factory: Callable[[], Any] | None = None,
+           ge: float | None = None, gt: float | None = None, le: float | None = None) -> Any:
+    """One setting, declared once: its default, range and help, plus where it shows on the command
+    line. The field name is the config-file key and, upper-cased after INFERD_, the environment
+    variable; the flag is --name-with-dashes (--no-NAME for a switch that is on by default) unless
+    `flags` says otherwise. `shown` is the default as docs show it, when it is computed."""
+    extra: dict[str, Any] = {"group": group, "scopes": list(scopes), "flags": list(flags), "repeat": repeat}
+    if metavar:
+        extra["metavar"] = metavar
+    if shown is not None:
+        extra["shown"] = shown
+    if factory is not None:
+        return Field(default_factory=factory, description=help, ge=ge, gt=gt, le=le, json_schema_extra=extra)
+    return Field(default, description=help, ge=ge, gt=gt, le=le, json_schema_extra=extra)
+
+
+_CACHE_TYPES = Literal["f16", "bf16", "q8_0", "q4_0", "f32"]
+
+
 class Settings(BaseSettings):
+    """Every setting of the server, each declared once (inferd/settings_table.py derives the flags,
+    the docs and the checks from these fields)."""
+
     model_config = SettingsConfigDict(env_prefix="INFERD_", extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
-    models_dir: Path = Path("~/.inferd/models")
-    ml_dir: Path = Path("~/.inferd/ml")
-    models: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    mmproj: Annotated[list[str], NoDecode] = Field(default_factory=list)  # projectors of --model generators
-    api_key: SecretStr | None = None
-    allow_insecure_public_bind: bool = False
-    builtins: bool = True
+    # -- models: what is served
+    models_dir: Folder = option(Path("~/.inferd/models"), "Antfly-layout models folder", group="models",
+                                scopes=(COMMON,))
+    ml_dir: Folder = option(Path("~/.inferd/ml"), "tabular predictors folder", group="models", scopes=(COMMON, ML))
+    models: CommaList = option(help="serve one more model by hand; repeatable",
+                               factory=list, flags=("--model",), metavar="[KIND:]NAME=PATH", repeat=True,
+                               shown="none", group="models", scopes=(COMMON,))
+    mmproj: CommaList = option(help="vision projector (mmproj GGUF) of a --model generator, paired in order; "
+                               "repeatable", factory=list, metavar="FILE", repeat=True, shown="none",
+                               group="models", scopes=(COMMON,))
+    mmproj_n_threads: int | None = option(None, "threads of the vision projector's image encoder", metavar="N",
+                                          ge=1, shown="--threads", group="models", scopes=(COMMON,))
+    mmproj_gpu: bool = option(True, "keep the vision projector on the CPU when layers are offloaded "
+                              "(a CPU build has no GPU)", group="models", scopes=(COMMON,))
+    ignore_images_without_projector: bool = option(
+        False, "image parts sent to a generator without a vision projector are dropped with a warning "
+        "(openai-server's behaviour) instead of a 400", group="models", scopes=(COMMON,))
+    builtins: bool = option(True, "serve only configured models (plus the `fixed` chunker)", group="models",
+                            scopes=(COMMON,))
 
-    keep_alive: float = 300.0
-    max_loaded_models: int = Field(4, ge=1)
-    # Memory budget of loaded models (bytes or "8GiB"; 0 = none); idle models are evicted LRU
-    # to make room, and a model that cannot fit is a 507.
-    max_memory: int = Field(default_factory=default_max_memory, ge=0)
+    # -- server: the socket and who may use it
+    host: str = option("127.0.0.1", "bind address; a non-loopback one needs --allow-insecure-public-bind",
+                       group="server")
+    port: int = option(8080, "port", ge=0, le=65535, group="server")
+    api_key: SecretStr | None = option(None, "require Authorization: Bearer KEY on every route but health",
+                                       group="server")
+    allow_insecure_public_bind: bool = option(False, "allow a non-loopback --host (inferd has no TLS)",
+                                              group="server")
+    cors_origins: CommaList = option(help="comma-separated web origins allowed besides loopback pages "
+                                     "(https://app.example, https://app.example:* for any port, * for all)",
+                                     factory=list, shown="loopback only", group="server")
+    allowed_hosts: CommaList = option(help="comma-separated Host names accepted besides IPs, localhost and --host "
+                                      "(DNS-rebinding protection; * for all)", factory=list,
+                                      shown="loopback only", group="server")
+
+    # -- loading: models in memory
+    keep_alive: Duration = option(300.0, "unload a model this long after its last use (300, 5m, 1h; -1 = never)",
+                                  group="loading")
+    max_loaded_models: int = option(4, "models loaded at once; beyond it idle ones are unloaded, LRU", ge=1,
+                                    group="loading")
+    # 0 = none; idle models are evicted LRU to make room, and one that cannot fit is a 507
+    max_memory: Size = option(help="memory budget of loaded models (8GiB, 512MiB, bytes; 0 = none): idle models "
+                              "are evicted LRU, a model that cannot fit is a 507", factory=default_max_memory,
+                              ge=0, shown="75% of RAM", group="loading")
+
+    # -- admission: requests and their sizes
     # 0 = unbounded (spec 003: the 16 MiB-per-request media caps then do not apply either)
-    max_concurrent_requests: int = Field(64, ge=0)
-    max_queued_requests: int = Field(256, ge=0)
-    queue_timeout: float = 60.0
-    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
-    max_audio_bytes: int = Field(25 * 1024 * 1024, ge=1024)   # OpenAI's upload limit
-    max_audio_seconds: float = Field(1800.0, gt=0)            # 30 minutes of audio per request
+    max_concurrent_requests: int = option(64, "inference requests running at once (0 = unbounded)", ge=0,
+                                          group="admission")
+    max_queued_requests: int = option(256, "requests waiting beyond those; more get a 503", ge=0,
+                                      group="admission")
+    queue_timeout: Duration = option(60.0, "longest wait in the admission queue before a 503", group="admission")
+    max_body_bytes: Size = option(32 * 1024 * 1024, "largest request body (32MiB, bytes); a /v1/files upload may "
+                                  "also carry --max-file-bytes plus its form fields", ge=1024, group="admission")
+    max_audio_bytes: Size = option(25 * 1024 * 1024, "largest audio upload; larger is a 413 (OpenAI's limit)",
+                                   ge=1024, group="admission")
+    max_audio_seconds: float = option(1800.0, "longest audio per request, in seconds; longer is a 413", gt=0,
+                                      group="admission")
+    max_batch_inputs: int = option(2048, "inputs per request: embeddings, rerank documents, extract and rewrite "
+                                   "inputs", ge=1, group="admission")
+    prep_threads: int = option(4, "threads preparing requests: templates, tokenizing, grammars", ge=1, le=64,
+                               group="admission")
 
-    parallel: int = Field(4, ge=1, le=256)
-    ctx_size: int | None = Field(None, ge=16)   # tokens per generator slot (None: manifest or model)
-    cache_dtype: Literal["f16", "bf16", "q8_0", "q4_0", "f32"] = "f16"  # generator KV cache type
-    n_gpu_layers: int = Field(0, ge=-1)         # passed to llama.cpp
-    cache_ram: int = Field(0, ge=0)             # MiB of host-RAM prompt cache per generator (0: off)
-    mmproj_n_threads: int | None = Field(None, ge=1)  # vision projector threads (None: --threads)
-    mmproj_gpu: bool = True                     # --no-mmproj-gpu: keep the projector on the CPU
-    ignore_images_without_projector: bool = False  # openai-server: drop image parts (warning) instead of a 400
-    reasoning_budget: int = Field(-1, ge=-1)    # thinking tokens of requests that name no budget (-1: unbounded)
-    cache_dir: Path | None = None               # disk prompt cache: sequence states that survive restarts
-    cache_disk_size: int = Field(2 << 30, ge=0)  # bytes the cache dir may hold (LRU), "2GiB"
-    slot_save_path: Path | None = None          # POST /slots/{id}?action=save|restore files live here (None: off)
-    threads: int | None = Field(None, ge=1)
-    max_batch_tokens: int = Field(8192, ge=64)
-    max_batch_size: int = Field(512, ge=1)      # inputs per encoder forward pass; 1 = no batching
-    prefer_quantized: bool = True               # ONNX: pick model_quantized.onnx / *_int8 when present
-    max_batch_inputs: int = Field(2048, ge=1)   # inputs per request: embeddings, rerank documents, extract, rewrite
-    prep_threads: int = Field(4, ge=1, le=64)   # threads preparing requests (templates, tokenizing, grammars)
-    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)  # Host values besides loopback
+    # -- generation: llama.cpp generators
+    parallel: int = option(4, "generation slots per model", ge=1, le=256, group="generation")
+    threads: int | None = option(None, "CPU threads per runtime", ge=1, shown="all cores", group="generation")
+    ctx_size: int | None = option(None, "tokens of context per generator slot", flags=("-c", "--ctx-size"), ge=16,
+                                  shown="manifest or model", group="generation")
+    cache_dtype: _CACHE_TYPES = option("f16", "generator KV cache type (a manifest's cache_dtype wins)",
+                                       group="generation")
+    n_gpu_layers: int = option(0, "layers llama.cpp offloads to a GPU (a CPU build has none)", ge=-1,
+                               group="generation")
+    cache_ram: int = option(0, "host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU "
+                            "(0 = off)", metavar="MIB", ge=0, group="generation")
+    reasoning_budget: int = option(-1, "tokens of thinking a request may use when it names no budget or effort; "
+                                   "at N the end-of-thinking marker is written and the answer follows "
+                                   "(-1 = unbounded; 0 = no thinking)", metavar="N", ge=-1, group="generation")
+    cache_dir: Folder | None = option(None, "disk prompt cache: KV states of prompt prefixes kept in this folder "
+                                      "across restarts", shown="off", group="generation")
+    cache_disk_size: Size = option(2 << 30, "bytes the --cache-dir folder may hold, all models together, least "
+                                   "recently used out first", ge=0, group="generation")
+    slot_save_path: Folder | None = option(None, "folder for POST /slots/{id}?action=save|restore files",
+                                           shown="off", group="generation")
+    slots_show_prompts: bool = option(False, "GET /slots shows the text cached in each slot", group="generation")
 
-    # Server-side storage (uploaded files) and getting models (hub / Ollama registry pulls).
-    data_dir: Path = Path("~/.inferd")
-    # Image inputs (scheduling/media.py): per-request byte cap, per-edge cap, remote fetches.
-    max_media_bytes: int = Field(100 * 1024 * 1024, ge=0)   # config file: max_download_size_bytes too
-    max_read_batch_bytes: int = Field(256 * 1024 * 1024, ge=0)  # /ai/v1/read: encoded image bytes per request
-    max_image_dimension: int = Field(16384, ge=0)  # 0: no per-edge limit (the pixel budget still applies)
-    allow_remote_media: bool = False
-    allow_private_media_urls: bool = False
-    media_fetch_timeout: float = Field(10.0, gt=0)
-    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
-    max_files_total_bytes: int = Field(1024 * 1024 * 1024, ge=1)
-    # Stored responses (/v1/responses, store: true): <data_dir>/responses.sqlite3, oldest dropped first.
-    responses_max_count: int = Field(10000, ge=1)
-    responses_max_age: float = Field(30 * 86400.0, ge=0)     # seconds (or "30d"); 0 = no age bound
-    allow_downloads: bool = False               # a request naming a model that is not local may pull it
-    download_reserve_bytes: int = Field(1024 * 1024 * 1024, ge=0)   # free disk a download must leave
-    ollama_registry: str = "https://registry.ollama.ai"
+    # -- encoders: ONNX embedders, rerankers, chunkers
+    max_batch_tokens: int = option(8192, "token budget of one encoder batch", ge=64, group="encoders")
+    max_batch_size: int = option(512, "inputs per encoder forward pass (1 disables batching)", ge=1,
+                                 group="encoders")
+    prefer_quantized: bool = option(True, "load and pull model.onnx even when a quantized variant "
+                                    "(model_quantized.onnx, *_int8) is there", group="encoders",
+                                    scopes=(SERVE, PULL))
+
+    # -- media: image inputs (scheduling/media.py)
+    max_media_bytes: Size = option(100 * 1024 * 1024, "encoded image bytes per request, and the cap (0 = no "
+                                   "media); config file: the spec's max_download_size_bytes too", ge=0,
+                                   group="media")
+    max_read_batch_bytes: Size = option(256 * 1024 * 1024, "encoded image bytes of one /ai/v1/read request", ge=0,
+                                        group="media")
+    max_image_dimension: int = option(16384, "largest image edge in pixels (0 = no per-edge limit; the pixel "
+                                      "budget still applies)", ge=0, group="media")
+    allow_remote_media: bool = option(False, "fetch http(s) image URLs named in requests (off: data stays on "
+                                      "the host)", group="media")
+    allow_private_media_urls: bool = option(False, "with --allow-remote-media, also fetch from loopback and "
+                                            "private addresses", group="media")
+    media_fetch_timeout: float = option(10.0, "seconds a remote image fetch may take", gt=0, group="media")
+
+    # -- storage: uploaded files and stored responses, under data_dir
+    data_dir: Folder = option(Path("~/.inferd"), "server data (uploaded files, stored responses)", group="storage")
+    max_file_bytes: Size = option(32 * 1024 * 1024, "largest uploaded file (1MiB, bytes)", ge=1, group="storage")
+    max_files_total_bytes: Size = option(1024 * 1024 * 1024, "quota of all uploaded files", ge=1, group="storage")
+    responses_max_count: int = option(10000, "stored /v1/responses kept at most; the oldest go first", ge=1,
+                                      group="storage")
+    responses_max_age: Duration = option(30 * 86400.0, "drop stored /v1/responses older than this (30d, 12h, "
+                                         "seconds; 0 = never)", ge=0, group="storage")
+
+    # -- pulls: getting models (hub / Ollama registry)
+    allow_downloads: bool = option(False, "a request naming hf.co/REPO:QUANT (or a repo id) not here yet "
+                                   "downloads it; /api/pull works only with it", group="pulls", scopes=(LOCAL,))
+    download_reserve_bytes: Size = option(1024 * 1024 * 1024, "free disk space a download must leave (1GiB, "
+                                          "bytes)", ge=0, group="pulls", scopes=(LOCAL, PULL))
+    ollama_registry: str = option("https://registry.ollama.ai", "Ollama registry URL of pulls and /api/pull",
+                                  group="pulls", scopes=(LOCAL, PULL))
     # /api/pull may name any registry host: loopback, private and link-local ones only with this.
-    allow_private_registries: bool = False
+    allow_private_registries: bool = option(False, "/api/pull may name registry hosts on loopback, private or "
+                                            "link-local addresses", group="pulls", scopes=(LOCAL,))
 
-    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # besides loopback origins
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = "text"
-
-    drain_timeout: float = 30.0                 # SIGTERM / POST /admin/drain: longest wait for in-flight work
-    slots_show_prompts: bool = False            # GET /slots shows each slot's cached text
-    otlp_endpoint: str | None = None            # OpenTelemetry OTLP/HTTP collector (needs the otel extra)
-
-    @field_validator("models", "mmproj", "cors_origins", "allowed_hosts", mode="before")
-    @classmethod
-    def _lists(cls, v: Any) -> list[str]:
-        return _split_list(v)
+    # -- observability: logs, traces, shutdown
+    log_level: Literal["debug", "info", "warning", "error"] = option("info", "log level", group="observability")
+    log_format: Literal["text", "json"] = option("text", "json: one JSON object per line, with the request id",
+                                                 group="observability")
+    otlp_endpoint: str | None = option(None, "export OpenTelemetry traces over OTLP/HTTP to this collector "
+                                       "(needs inferd[otel])", shown="off", group="observability")
+    drain_timeout: Duration = option(30.0, "on SIGTERM or POST /admin/drain, wait this long for in-flight "
+                                     "requests", group="observability")
 
     @field_validator("api_key", mode="after")
     @classmethod
@@ -159,23 +269,6 @@ class Settings(BaseSettings):
             raise ValueError("api_key is empty: an empty key would let an empty Bearer token in; "
                              "give a real key or none at all")
         return v
-
-    @field_validator("max_memory", "max_body_bytes", "max_audio_bytes", "max_media_bytes", "max_read_batch_bytes",
-                     "max_file_bytes", "max_files_total_bytes", "download_reserve_bytes", "cache_disk_size",
-                     mode="before")
-    @classmethod
-    def _size(cls, v: Any) -> int:
-        return parse_size(v)
-
-    @field_validator("keep_alive", "queue_timeout", "drain_timeout", "responses_max_age", mode="before")
-    @classmethod
-    def _durations(cls, v: Any) -> float:
-        return parse_duration(v)
-
-    @field_validator("models_dir", "ml_dir", "data_dir", "cache_dir", "slot_save_path", mode="after")
-    @classmethod
-    def _expand(cls, v: Path | None) -> Path | None:
-        return v.expanduser() if v is not None else None
 
     def check_bind(self) -> None:
         """Refuse a non-loopback bind unless explicitly allowed: inferd has no TLS."""
@@ -189,7 +282,26 @@ class Settings(BaseSettings):
 
     @property
     def n_threads(self) -> int:
-        return self.threads or max(1, os.cpu_count() or 1)
+        return self.threads or all_cores()
+
+
+def flags_of(name: str) -> tuple[str, ...]:
+    """A setting's command-line flags: its own `flags`, else --name-with-dashes, and --no-NAME for
+    a switch that is on by default."""
+    f = Settings.model_fields[name]
+    extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+    given = extra.get("flags")
+    if given:
+        return tuple(str(x) for x in given)  # type: ignore[union-attr]
+    dashed = name.replace("_", "-")
+    return (f"--no-{dashed}",) if f.default is True else (f"--{dashed}",)
+
+
+def default_of(name: str) -> Any:
+    """A setting's default, for code that keeps its own copy of it (RuntimeOptions, the cluster
+    config): read from the one declaration, never written a second time."""
+    f = Settings.model_fields[name]
+    return f.get_default(call_default_factory=True)
 
 
 def is_loopback(host: str) -> bool:
@@ -269,5 +381,18 @@ def load_settings(overrides: dict[str, Any] | None = None, config_file: str | Pa
 
     try:
         return _Layered(**cli)
+    except ValidationError as e:
+        raise ConfigError("invalid configuration: " + "; ".join(_problem(err) for err in e.errors())) from None
     except ValueError as e:
         raise ConfigError(f"invalid configuration: {e}") from e
+
+
+def _problem(err: Any) -> str:
+    """One pydantic error as the user wrote the value: the key, its flag and variable, the value."""
+    name = str(err["loc"][0]) if err.get("loc") else "?"
+    msg = str(err.get("msg", "")).removeprefix("Value error, ")
+    if name not in Settings.model_fields:
+        return f"{name}: {msg}"
+    where = ", ".join([*flags_of(name)[-1:], f"INFERD_{name.upper()}"])
+    got = err.get("input")
+    return f"{name} ({where}): {msg}" + (f" (got {got!r})" if isinstance(got, (str, int, float)) and repr(got) not in msg else "")

@@ -16,9 +16,11 @@ import importlib.util
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from inferd.cli_api import Command, settings_from
+from inferd.config import COMMON
 
 # (module, what it serves, the command that installs it)
 RUNTIMES = [
@@ -177,10 +179,10 @@ async def model_rows(service: Any, only: list[str] | None = None) -> list[Row]:
     return rows
 
 
-def cmd_doctor(ns: argparse.Namespace, load_settings: Callable[[argparse.Namespace], Any]) -> int:
+def cmd_doctor(ns: argparse.Namespace) -> int:
     from inferd.service import InferenceService
 
-    settings = load_settings(ns)
+    settings = settings_from(ns)
     rows = machine_rows(settings)
     if not ns.no_models:
         service = InferenceService.from_settings(settings)
@@ -211,10 +213,10 @@ def cmd_doctor(ns: argparse.Namespace, load_settings: Callable[[argparse.Namespa
     return 1 if failed else 0
 
 
-def register(sub: argparse._SubParsersAction, add_settings_flags: Callable[[argparse.ArgumentParser], None],
-             load_settings: Callable[[argparse.Namespace], Any]) -> None:
-    p = sub.add_parser("doctor", help="check the CPU, the runtimes' builds and every served model")
-    add_settings_flags(p)
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-models", action="store_true", help="skip loading the models")
     p.add_argument("--only", action="append", metavar="NAME", help="check only this model; repeatable")
-    p.set_defaults(func=lambda ns: cmd_doctor(ns, load_settings))
+
+
+COMMANDS = (Command("doctor", "check the CPU, the runtimes' builds and every served model", run=cmd_doctor,
+                    add_arguments=_arguments, scopes=(COMMON,)),)

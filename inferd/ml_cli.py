@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from inferd.cli_api import Command, settings_from
+from inferd.config import ML
+
 
 def cmd_import(ns: argparse.Namespace) -> int:
     from pathlib import Path
@@ -16,12 +19,7 @@ def cmd_import(ns: argparse.Namespace) -> int:
     from inferd.runtimes.tabular.ir import IRError, parse, summary
 
     try:
-        if ns.ml_dir is None:
-            from inferd.config import load_settings
-
-            ml_dir = load_settings({}, ns.config).ml_dir
-        else:
-            ml_dir = Path(ns.ml_dir)
+        ml_dir = settings_from(ns).ml_dir  # --ml-dir, else INFERD_ML_DIR, the --config file, the default
         doc = import_file(Path(ns.model_file), ns.name)
         target = write_predictor(doc, ml_dir, ns.name, force=ns.force)
     except ImportError as e:
@@ -37,14 +35,13 @@ def cmd_import(ns: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    ml = sub.add_parser("ml", help="tabular predictors (/ml/v1)")
-    ml_sub = ml.add_subparsers(dest="ml_command", required=True)
-    imp = ml_sub.add_parser("import", help="convert a scikit-learn / XGBoost / LightGBM model into a predictor")
-    imp.add_argument("model_file", metavar="MODEL_FILE",
-                     help="pickle/joblib (scikit-learn), XGBoost .json/.ubj, or LightGBM text model")
-    imp.add_argument("--name", required=True, help="predictor name: [A-Za-z0-9_-], at most 128 characters")
-    imp.add_argument("--ml-dir", help="predictors folder (default: the server's, ~/.inferd/ml)")
-    imp.add_argument("--config", help="TOML or JSON config file to read ml-dir from")
-    imp.add_argument("--force", action="store_true", help="replace an existing predictor of that name")
-    imp.set_defaults(func=cmd_import)
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_file", metavar="MODEL_FILE",
+                   help="pickle/joblib (scikit-learn), XGBoost .json/.ubj, or LightGBM text model")
+    p.add_argument("--name", required=True, help="predictor name: [A-Za-z0-9_-], at most 128 characters")
+    p.add_argument("--force", action="store_true", help="replace an existing predictor of that name")
+
+
+COMMANDS = (Command("ml", "tabular predictors (/ml/v1)", verb_dest="ml_command", subcommands=(
+    Command("import", "convert a scikit-learn / XGBoost / LightGBM model into a predictor", run=cmd_import,
+            add_arguments=_arguments, scopes=(ML,)),)),)

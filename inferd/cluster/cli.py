@@ -7,8 +7,10 @@ import json
 import signal
 import threading
 
-from inferd.config import Settings
+from inferd.cli_api import Command, settings_from
+from inferd.config import COMMON, SERVE, Settings
 from inferd.errors import ConfigError
+from inferd.settings_table import OPTIONS, add_option
 
 
 def serve_on_ray(address: str, config_file: str | None, settings: Settings) -> int:
@@ -29,10 +31,9 @@ def serve_on_ray(address: str, config_file: str | None, settings: Settings) -> i
 
 
 def _deploy(ns: argparse.Namespace) -> int:
-    from inferd.cli import _settings
     from inferd.cluster import config, deploy
 
-    settings = _settings(ns)
+    settings = settings_from(ns)
     settings.check_bind()
     print(deploy.deploy(ns.ray, config.load(ns.cluster_config), settings))
     return 0
@@ -62,19 +63,17 @@ def _delete(ns: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from inferd.cli import _add_settings_flags, _serve_flags
+def _ray_argument(p: argparse.ArgumentParser) -> None:
+    add_option(p, OPTIONS["ray"], required=True)  # status and delete need the cluster; serve does not
 
-    p = sub.add_parser("cluster", help="run inferd on a Ray cluster (deploy, status, delete)")
-    verbs = p.add_subparsers(dest="verb", required=True)
-    d = verbs.add_parser("deploy", help="deploy the models of --cluster-config and return")
-    _add_settings_flags(d)
-    _serve_flags(d)
-    d.set_defaults(func=_deploy)
-    s = verbs.add_parser("status", help="replicas per model: node, state, load")
-    s.add_argument("--ray", required=True, metavar="ADDRESS")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=_status)
-    x = verbs.add_parser("delete", help="remove inferd's application from the cluster")
-    x.add_argument("--ray", required=True, metavar="ADDRESS")
-    x.set_defaults(func=_delete)
+
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    _ray_argument(p)
+    p.add_argument("--json", action="store_true")
+
+
+COMMANDS = (Command("cluster", "run inferd on a Ray cluster (deploy, status, delete)", subcommands=(
+    Command("deploy", "deploy the models of --cluster-config and return", run=_deploy, scopes=(COMMON, SERVE)),
+    Command("status", "replicas per model: node, state, load", run=_status, add_arguments=_status_arguments),
+    Command("delete", "remove inferd's application from the cluster", run=_delete, add_arguments=_ray_argument),
+)),)

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from inferd.config import parse_size
+from inferd.config import default_of, parse_size
 from inferd.errors import ConfigError
 from inferd.kinds import KINDS, parse_kind
 from inferd.models import ModelKind
+from inferd.settings_table import OPTIONS
 
 _KEYS = {"name", "kind", "path", "num_replicas", "autoscaling", "num_cpus", "memory", "resources",
          "max_replicas_per_node", "parallel", "threads", "max_queued_requests"}
@@ -42,8 +43,8 @@ class ModelDeployment:
     memory: int = 0                               # bytes; 0: not reserved
     resources: dict[str, float] = field(default_factory=dict)
     max_replicas_per_node: int | None = None
-    parallel: int = 4
-    threads: int = 1
+    parallel: int = default_of("parallel")        # as a single server's --parallel
+    threads: int = 1                              # per replica: a node runs several (not --threads' all cores)
     max_queued_requests: int = 64                 # per deployment handle, beyond the replicas' slots
 
     @property
@@ -73,6 +74,9 @@ def _kind(value: Any, where: str) -> ModelKind | None:
     return kind
 
 
+_DEFAULTS = {f.name: f.default for f in fields(ModelDeployment)}
+
+
 def _num(m: dict[str, Any], key: str, default: Any, cast: type, where: str, least: float = 0) -> Any:
     """A numeric entry, or a ConfigError naming it (never a bare ValueError traceback)."""
     value = m.get(key, default)
@@ -85,6 +89,15 @@ def _num(m: dict[str, Any], key: str, default: Any, cast: type, where: str, leas
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: {key} must be a number >= {least:g} (got {value!r})") from None
     return n
+
+
+def _setting(m: dict[str, Any], key: str, where: str) -> int:
+    """An entry that is also a server setting (parallel, threads): the setting's range applies."""
+    n = _num(m, key, _DEFAULTS[key], int, where, OPTIONS[key].ge or 0)
+    try:
+        return int(OPTIONS[key].check(n))
+    except ValueError as e:
+        raise ConfigError(f"{where}: {key} {e}") from None
 
 
 def parse(data: dict[str, Any], source: str = "cluster config") -> ClusterConfig:
@@ -114,7 +127,7 @@ def parse(data: dict[str, Any], source: str = "cluster config") -> ClusterConfig
                 raise ConfigError(f"{where}: autoscaling needs 0 <= min <= max and max >= 1")
             if "num_replicas" in m:
                 raise ConfigError(f"{where}: give num_replicas or autoscaling, not both")
-        replicas = _num(m, "num_replicas", 1, int, where, 1)
+        replicas = _num(m, "num_replicas", _DEFAULTS["num_replicas"], int, where, 1)
         resources = m.get("resources") or {}
         if not isinstance(resources, dict):
             raise ConfigError(f"{where}: resources must be a table of name = amount")
@@ -125,12 +138,12 @@ def parse(data: dict[str, Any], source: str = "cluster config") -> ClusterConfig
         out.append(ModelDeployment(
             name=name, path=Path(str(m["path"])).expanduser(), kind=_kind(m.get("kind"), where),
             num_replicas=replicas, autoscaling=(lo, hi) if auto is not None else None,
-            num_cpus=_num(m, "num_cpus", 1.0, float, where), memory=memory,
+            num_cpus=_num(m, "num_cpus", _DEFAULTS["num_cpus"], float, where), memory=memory,
             resources={str(k): _num(resources, k, 0, float, f"{where}: resources") for k in resources},
             max_replicas_per_node=_num(m, "max_replicas_per_node", 1, int, where, 1)
             if m.get("max_replicas_per_node") else None,
-            parallel=_num(m, "parallel", 4, int, where, 1), threads=_num(m, "threads", 1, int, where, 1),
-            max_queued_requests=_num(m, "max_queued_requests", 64, int, where)))
+            parallel=_setting(m, "parallel", where), threads=_setting(m, "threads", where),
+            max_queued_requests=_num(m, "max_queued_requests", _DEFAULTS["max_queued_requests"], int, where)))
     return ClusterConfig(out)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,23 +18,22 @@ from inferd.errors import ModelLoadFailed, NotImplementedYet
 from inferd.kinds import KINDS
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.builtins import materialize
-from inferd.runtimes.options import RuntimeOptions
+from inferd.runtimes.options import MIB, RuntimeOptions, engine_queue
 
 Loader = Callable[[ModelSpec, RuntimeOptions], Any]
 
 
 def runtime_options(settings: Settings) -> RuntimeOptions:
     """Built once per server from Settings: the only server configuration runtimes see."""
-    return RuntimeOptions(threads=settings.threads or max(1, os.cpu_count() or 1), parallel=settings.parallel,
+    return RuntimeOptions(threads=settings.n_threads, parallel=settings.parallel,
                           max_batch_tokens=settings.max_batch_tokens, max_batch_size=settings.max_batch_size,
                           prefer_quantized=settings.prefer_quantized, n_ctx=settings.ctx_size,
                           cache_dtype=settings.cache_dtype, n_gpu_layers=settings.n_gpu_layers,
-                          cache_ram=settings.cache_ram * 1024 * 1024,
+                          cache_ram=settings.cache_ram * MIB,
                           mmproj_threads=settings.mmproj_n_threads, mmproj_gpu=settings.mmproj_gpu,
                           cache_dir=str(settings.cache_dir) if settings.cache_dir else None,
                           cache_disk_size=settings.cache_disk_size,
-                          # a full engine queue is a 503, never unbounded memory
-                          max_waiting=max(settings.max_queued_requests, settings.parallel) * 4)
+                          max_waiting=engine_queue(settings.max_queued_requests, settings.parallel))
 
 
 # (kind, format) -> loader, from the kinds table: tests and benchmarks load a generator with

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from inferd.cli_api import Command, run, settings_from
+from inferd.config import COMMON, LOCAL, PULL, SERVE
 from inferd.errors import InferdError
 
 log = logging.getLogger("inferd")
@@ -124,9 +126,7 @@ def pull(name: str, models_dir: Path, settings: Any, *, kind_word: str | None = 
 
 
 def cmd_pull(ns: argparse.Namespace) -> int:
-    from inferd.cli import _settings
-
-    settings = _settings(ns)
+    settings = settings_from(ns)
     try:
         pull(ns.ref, settings.models_dir, settings, kind_word=ns.kind, print_path=ns.print_path, revision=ns.revision)
     except InferdError as e:
@@ -138,69 +138,43 @@ def cmd_pull(ns: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from inferd.cli import _add_settings_flags
-
-    p = sub.add_parser("pull", help="download a model from the Hugging Face Hub (or an Ollama registry)")
+def _pull_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("ref", metavar="REPO[:QUANT|:FILE]",
                    help="org/repo (a GGUF or ONNX repo), org/repo:Q4_K_M, org/repo:file.gguf, or an Ollama name")
     p.add_argument("--kind", help="what the model is, when the repo does not say (embedder, reranker, ...)")
     p.add_argument("--revision", help="a branch, tag or commit of the repo (default main)")
     p.add_argument("--print-path", action="store_true", help="print the model folder on stdout (for scripts)")
-    p.add_argument("--no-prefer-quantized", action="store_const", const=False, dest="prefer_quantized",
-                   help="ONNX repos: fetch model.onnx, not the quantized variant")
-    p.add_argument("--ollama-registry", help="Ollama registry URL (default https://registry.ollama.ai)")
-    p.add_argument("--download-reserve-bytes", type=int, help="free disk space the download must leave (default 1 GiB)")
-    _add_settings_flags(p)
-    p.set_defaults(func=cmd_pull)
 
 
-def register_aliases(sub: argparse._SubParsersAction) -> None:
-    """openai-server's command forms, as aliases of `inferd serve`: `inferd local PATH` is
-    `serve --gguf PATH` and `inferd hf-model REPO [QUANT|FILE]` is `serve --hf REPO[:QUANT]`.
-    Every serve flag is accepted after the positional arguments."""
-    from inferd.cli import _add_settings_flags, _serve_flags
-
-    def serve_parser(name: str, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        _add_settings_flags(p)
-        _serve_flags(p)
-        add_serve_flags(p, with_model=False)
-        return p
-
-    p = serve_parser("local", "serve a local GGUF file (as `serve --gguf PATH`)")
+def _local_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("gguf", metavar="PATH", help="the GGUF file")
-    p.set_defaults(func=_serve_alias)
-    p = serve_parser("hf-model", "download a Hub GGUF repo if needed and serve it (as `serve --hf`)")
+
+
+def _hf_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("repo", metavar="REPO", help="org/repo on the Hugging Face Hub")
     p.add_argument("quant", metavar="QUANT|FILE", nargs="?",
                    help="a quantization (Q4_K_M) or an exact .gguf file name; omitted: asked in a terminal, "
                         "else the best one")
-    p.set_defaults(func=_serve_alias)
 
 
 def _serve_alias(ns: argparse.Namespace) -> int:
-    from inferd.cli import cmd_serve
-
     if getattr(ns, "repo", None):
         ns.hf = f"{ns.repo}:{ns.quant}" if ns.quant else ns.repo
-    return cmd_serve(ns)
+    return run("serve", ns)
 
 
-def add_serve_flags(p: argparse.ArgumentParser, with_model: bool = True) -> None:
-    a = p.add_argument
-    if with_model:
-        a("--hf", metavar="REPO[:QUANT]", help="download this Hub model first (if not here yet), then serve")
-        a("--gguf", metavar="PATH", help="serve this local GGUF file as a generator named after it "
-                                         "(an mmproj-*.gguf beside it is its vision projector, unless --mmproj)")
-    a("--print-path", action="store_true", help="print the model path and exit (for scripts)")
-    a("--allow-downloads", action="store_const", const=True, default=None,
-      help="a request naming hf.co/REPO:QUANT (or a repo id) not here yet downloads it; "
-           "/api/pull works only with it")
-    a("--ollama-registry", help="Ollama registry URL for /api/pull (default https://registry.ollama.ai)")
-    a("--allow-private-registries", action="store_const", const=True, default=None,
-      help="/api/pull may name registry hosts on loopback, private or link-local addresses")
-    a("--download-reserve-bytes", help="free disk space a download must leave (1GiB, bytes; default 1 GiB)")
+# openai-server's command forms are aliases of `inferd serve`, with every serve flag but --hf and
+# --gguf (their positional arguments say that): `inferd local PATH` is `serve --gguf PATH` and
+# `inferd hf-model REPO [QUANT|FILE]` is `serve --hf REPO[:QUANT]`.
+_ALIAS_SCOPES = (COMMON, SERVE, LOCAL)
+COMMANDS = (
+    Command("pull", "download a model from the Hugging Face Hub (or an Ollama registry)", run=cmd_pull,
+            add_arguments=_pull_arguments, scopes=(COMMON, PULL)),
+    Command("local", "serve a local GGUF file (as `serve --gguf PATH`)", run=_serve_alias,
+            add_arguments=_local_arguments, scopes=_ALIAS_SCOPES),
+    Command("hf-model", "download a Hub GGUF repo if needed and serve it (as `serve --hf`)", run=_serve_alias,
+            add_arguments=_hf_model_arguments, scopes=_ALIAS_SCOPES),
+)
 
 
 def find_local(models_dir: Path, name: str) -> Path | None:
