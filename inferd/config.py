@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+import inferd.defaults as D
+from inferd.defaults import all_cores
 from inferd.errors import ConfigError
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -78,11 +80,6 @@ def _expand(v: Path) -> Path:
     return v.expanduser()
 
 
-def all_cores() -> int:
-    """What `threads` unset means: every core the machine has."""
-    return max(1, os.cpu_count() or 1)
-
-
 # The value types of settings. Each carries its parser, so a field's type says how a flag, an
 # INFERD_* variable or a config-file value is read (inferd/settings_table.py reads them back).
 SIZE = BeforeValidator(parse_size)            # bytes: 1073741824, "8GiB", "512MB"
@@ -136,9 +133,9 @@ class Settings(BaseSettings):
     mmproj: CommaList = option(help="vision projector (mmproj GGUF) of a --model generator, paired in order; "
                                "repeatable", factory=list, metavar="FILE", repeat=True, shown="none",
                                group="models", scopes=(COMMON,))
-    mmproj_n_threads: int | None = option(None, "threads of the vision projector's image encoder", metavar="N",
+    mmproj_n_threads: int | None = option(D.MMPROJ_N_THREADS, "threads of the vision projector's image encoder", metavar="N",
                                           ge=1, shown="--threads", group="models", scopes=(COMMON,))
-    mmproj_gpu: bool = option(True, "keep the vision projector on the CPU when layers are offloaded "
+    mmproj_gpu: bool = option(D.MMPROJ_GPU, "keep the vision projector on the CPU when layers are offloaded "
                               "(a CPU build has no GPU)", group="models", scopes=(COMMON,))
     ignore_images_without_projector: bool = option(
         False, "image parts sent to a generator without a vision projector are dropped with a warning "
@@ -175,7 +172,7 @@ class Settings(BaseSettings):
     # 0 = unbounded (spec 003: the 16 MiB-per-request media caps then do not apply either)
     max_concurrent_requests: int = option(64, "inference requests running at once (0 = unbounded)", ge=0,
                                           group="admission")
-    max_queued_requests: int = option(256, "requests waiting beyond those; more get a 503", ge=0,
+    max_queued_requests: int = option(D.MAX_QUEUED_REQUESTS, "requests waiting beyond those; more get a 503", ge=0,
                                       group="admission")
     queue_timeout: Duration = option(60.0, "longest wait in the admission queue before a 503", group="admission")
     max_body_bytes: Size = option(32 * 1024 * 1024, "largest request body (32MiB, bytes); a /v1/files upload may "
@@ -190,32 +187,32 @@ class Settings(BaseSettings):
                                group="admission")
 
     # -- generation: llama.cpp generators
-    parallel: int = option(4, "generation slots per model", ge=1, le=256, group="generation")
+    parallel: int = option(D.PARALLEL, "generation slots per model", ge=1, le=256, group="generation")
     threads: int | None = option(None, "CPU threads per runtime", ge=1, shown="all cores", group="generation")
-    ctx_size: int | None = option(None, "tokens of context per generator slot", flags=("-c", "--ctx-size"), ge=16,
+    ctx_size: int | None = option(D.CTX_SIZE, "tokens of context per generator slot", flags=("-c", "--ctx-size"), ge=16,
                                   shown="manifest or model", group="generation")
-    cache_dtype: _CACHE_TYPES = option("f16", "generator KV cache type (a manifest's cache_dtype wins)",
+    cache_dtype: _CACHE_TYPES = option(D.CACHE_DTYPE, "generator KV cache type (a manifest's cache_dtype wins)",
                                        group="generation")
-    n_gpu_layers: int = option(0, "layers llama.cpp offloads to a GPU (a CPU build has none)", ge=-1,
+    n_gpu_layers: int = option(D.N_GPU_LAYERS, "layers llama.cpp offloads to a GPU (a CPU build has none)", ge=-1,
                                group="generation")
-    cache_ram: int = option(0, "host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU "
+    cache_ram: int = option(D.CACHE_RAM_MIB, "host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU "
                             "(0 = off)", metavar="MIB", ge=0, group="generation")
     reasoning_budget: int = option(-1, "tokens of thinking a request may use when it names no budget or effort; "
                                    "at N the end-of-thinking marker is written and the answer follows "
                                    "(-1 = unbounded; 0 = no thinking)", metavar="N", ge=-1, group="generation")
     cache_dir: Folder | None = option(None, "disk prompt cache: KV states of prompt prefixes kept in this folder "
                                       "across restarts", shown="off", group="generation")
-    cache_disk_size: Size = option(2 << 30, "bytes the --cache-dir folder may hold, all models together, least "
+    cache_disk_size: Size = option(D.CACHE_DISK_SIZE, "bytes the --cache-dir folder may hold, all models together, least "
                                    "recently used out first", ge=0, group="generation")
     slot_save_path: Folder | None = option(None, "folder for POST /slots/{id}?action=save|restore files",
                                            shown="off", group="generation")
     slots_show_prompts: bool = option(False, "GET /slots shows the text cached in each slot", group="generation")
 
     # -- encoders: ONNX embedders, rerankers, chunkers
-    max_batch_tokens: int = option(8192, "token budget of one encoder batch", ge=64, group="encoders")
-    max_batch_size: int = option(512, "inputs per encoder forward pass (1 disables batching)", ge=1,
+    max_batch_tokens: int = option(D.MAX_BATCH_TOKENS, "token budget of one encoder batch", ge=64, group="encoders")
+    max_batch_size: int = option(D.MAX_BATCH_SIZE, "inputs per encoder forward pass (1 disables batching)", ge=1,
                                  group="encoders")
-    prefer_quantized: bool = option(True, "load and pull model.onnx even when a quantized variant "
+    prefer_quantized: bool = option(D.PREFER_QUANTIZED, "load and pull model.onnx even when a quantized variant "
                                     "(model_quantized.onnx, *_int8) is there", group="encoders",
                                     scopes=(SERVE, PULL))
 

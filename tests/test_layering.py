@@ -66,8 +66,9 @@ def deps_of(name: str) -> set[str]:
 
 
 # ---- docs/architecture.md's layer rules -----------------------------------------------------------------
-# The shared base: engine dataclasses, ModelKind/ModelSpec, domain errors, per-domain engine types.
-BASE = ("inferd.types", "inferd.errors", "inferd.models", "inferd.extraction_types", "inferd.speech_types")
+# The shared base: engine dataclasses, ModelKind/ModelSpec, domain errors, per-domain engine types,
+# the settings' defaults that lower layers share.
+BASE = ("inferd.defaults", "inferd.types", "inferd.errors", "inferd.models", "inferd.extraction_types", "inferd.speech_types")
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:

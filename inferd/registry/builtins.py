@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inferd.models import ModelKind, ModelSpec
+from inferd.text.semantic import SEMANTIC
 
 log = logging.getLogger("inferd.registry")
 
 FIXED_CHUNKER = ModelSpec(name="fixed", kind=ModelKind.CHUNKER, format="builtin", path=None,
                           source="builtin", capabilities=frozenset({"text"}))
 
-SEMANTIC = "semantic"
 
 
 def semantic_chunker(specs: list[ModelSpec]) -> ModelSpec | None:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.config import default_of
+import inferd.defaults as D
 from inferd.errors import ModelUnloaded
 from inferd.scheduling.futures import check_count, fail, fail_unloaded, resolve
 from inferd.observability.context import note_tokens
@@ -67,8 +67,8 @@ def plan(costs: Sequence[int], max_tokens: int, max_items: int) -> list[list[int
 
 class Batcher:
     # the budgets default to --max-batch-tokens' and --max-batch-size's defaults (one declaration)
-    def __init__(self, run: RunBatch, max_tokens: int = default_of("max_batch_tokens"),
-                 max_items: int = default_of("max_batch_size"), name: str = "encoder"):
+    def __init__(self, run: RunBatch, max_tokens: int = D.MAX_BATCH_TOKENS,
+                 max_items: int = D.MAX_BATCH_SIZE, name: str = "encoder"):
         self.run, self.max_tokens, self.max_items, self.name = run, max(1, max_tokens), max(1, max_items), name
         self._pending: list[_Entry] = []
         self._worker: asyncio.Task | None = None

@@ -12,11 +12,10 @@ import numpy as np
 
 from inferd.errors import InvalidInput, ModelNotSupported
 from inferd.models import ModelKind, ModelSpec
-from inferd.registry.builtins import SEMANTIC
 from inferd.service.core import Catalog
 from inferd.service.encoders import EncoderService
 from inferd.text.chunking import Chunk, FixedConfig
-from inferd.text.semantic import (SemanticConfig, adjacent_similarity, chunks_of, group_spans, plan, sentence_spans,
+from inferd.text.semantic import (SEMANTIC, SemanticConfig, adjacent_similarity, chunks_of, group_spans, plan, sentence_spans,
                                   span_tokens, window_spans)
 
 

@@ -31,6 +31,11 @@ MAX_WINDOW_CHARS = 4096  # a window embedded at most: more than an embedder's 51
 DEFAULT_PERCENTILE = 10.0  # neither threshold nor percentile given: the lowest 10% of gaps break
 
 
+# The built-in chunker's served name (registry/builtins.py lists it; the Antfly face checks
+# config.semantic against it).
+SEMANTIC = "semantic"
+
+
 @dataclass(frozen=True)
 class SemanticConfig:
     """`config.semantic` of a chunk request. threshold: break where the cosine similarity of

@@ -8,10 +8,9 @@ from inferd.api.antfly.schemas import ChunkConfig, ChunkRequest
 from inferd.errors import InvalidInput
 from inferd.kinds import KINDS, listed_in
 from inferd.models import ModelSpec
-from inferd.registry.builtins import SEMANTIC
 from inferd.service import ChunkResult
 from inferd.text.chunking import FixedConfig
-from inferd.text.semantic import SemanticConfig
+from inferd.text.semantic import SEMANTIC, SemanticConfig
 
 
 def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allow_downloads: bool,
