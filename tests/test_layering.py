@@ -1,5 +1,6 @@
 """The layering DESIGN.md promises, checked on the source: runtimes are leaves (they import
-nothing from service, registry, scheduling, api or the kinds table), nothing below api/
+nothing from service, registry, scheduling, api or the kinds table), schedulers import no
+runtime (they drive them through Protocols) and nothing above them, nothing below api/
 imports the web framework, the kinds table (inferd/kinds) is cheap to read from the registry
 (at module level it imports only the neutral base; runtimes, schedulers and handles only
 inside its loaders), and inferd/ has no import cycle among its modules."""
@@ -92,6 +93,32 @@ def test_schedulers_and_the_base_do_not_import_the_kinds_table():
                             "inferd.chat")):
             bad += [f"{name} imports {imp}" for imp in imports(path) if imp.startswith("inferd.kinds")]
     assert not bad, "\n".join(bad)
+
+
+SCHEDULING_MAY_NOT_IMPORT = ("inferd.runtimes", "inferd.service", "inferd.registry", "inferd.api", "inferd.kinds")
+
+
+def forbidden_imports(name: str, found: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [f"{name} imports {imp}" for imp in sorted(found) if imp.startswith(prefixes)]
+
+
+def test_schedulers_reach_no_runtime_and_nothing_above_them():
+    """scheduling/ states what it drives as Protocols (seq2seq.Decoding, jobs.Backend, ...) and
+    the loaders in kinds/ pass the runtime in: a scheduler imports no runtime, at any depth
+    (function-level and TYPE_CHECKING imports count), and nothing from the layers above it."""
+    sched = {n: p for n, p in MODULES.items() if n.startswith("inferd.scheduling")}
+    assert "inferd.scheduling.seq2seq" in sched and "inferd.scheduling.work_queue" in sched
+    bad = [line for name, path in sched.items()
+           for line in forbidden_imports(name, imports(path), SCHEDULING_MAY_NOT_IMPORT)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_scheduler_import_check_can_fail():
+    src = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from inferd.runtimes.seq2seq.decoding import DecodeParams\n"
+    path = ROOT / "scheduling" / "example.py"
+    found = imports_in(ast.parse(src), path)
+    assert forbidden_imports("x", found, SCHEDULING_MAY_NOT_IMPORT) == [
+        "x imports inferd.runtimes.seq2seq.decoding", "x imports inferd.runtimes.seq2seq.decoding.DecodeParams"]
 
 
 def test_nothing_below_api_imports_the_web_framework():
