@@ -3,7 +3,7 @@ at module level, inside a function (a lazy import is still a dependency), or und
 TYPE_CHECKING (a type is a dependency too).
 
 - each "never" of docs/architecture.md's layer rules ("Imports point down only"; runtimes are leaves;
-  the API is HTTP only and reaches models through the service; chat is protocol-free; the
+  schedulers drive runtimes through Protocols; the API is HTTP only and reaches models through the service; chat is protocol-free; the
   shared base imports nothing above it), as the table RULES below;
 - nothing below api/ imports the web framework;
 - the kinds table (inferd/kinds) is cheap to read from the registry: at module level it imports
@@ -89,9 +89,9 @@ RULES: dict[str, tuple[str, tuple[str, ...]]] = {
     # api/ is HTTP only: a route converts and calls a service verb, never a runtime, the
     # registry or a scheduler directly
     "inferd.api": ("never", ("inferd.runtimes", "inferd.registry", "inferd.scheduling")),
-    # down only: the schedulers know neither the service, the registry, the faces nor the kinds
-    # table (scheduling -> runtimes is down: DESIGN lists runtimes below scheduling)
-    "inferd.scheduling": ("never", ("inferd.service", "inferd.registry", "inferd.api", "inferd.kinds",
+    # down only, and no runtime either: a scheduler states what it drives as Protocols
+    # (seq2seq.Decoding, jobs.Backend, ...) and the kind's loader passes the runtime in
+    "inferd.scheduling": ("never", ("inferd.runtimes", "inferd.service", "inferd.registry", "inferd.api", "inferd.kinds",
                                     "inferd.cli", "inferd.config", "inferd.cluster")),
     # the registry discovers and loads through the kinds table: it imports no runtime, no
     # scheduler and nothing above it
@@ -127,7 +127,7 @@ def test_the_layer_check_can_fail():
     assert violations("inferd.types", {"inferd.chat.tools"})
     assert violations("inferd.scheduling.batcher", {"inferd.registry.registry"})
     assert not violations("inferd.api.openai.routes", {"inferd.service", "inferd.kinds", "inferd.types"})
-    assert not violations("inferd.scheduling.seq2seq", {"inferd.runtimes.seq2seq.decoding"})
+    assert violations("inferd.scheduling.seq2seq", {"inferd.runtimes.seq2seq.decoding"})  # Protocols instead
 
 
 def test_the_rules_cover_design_md():

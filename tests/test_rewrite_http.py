@@ -269,7 +269,7 @@ def test_a_client_that_leaves_is_dropped_at_the_next_step(srv):
         with pytest.raises(httpx.ReadTimeout):
             post(srv, body, timeout=0.5)
         wait_for(lambda: h.stats.cancelled >= before + 8, 3)
-        wait_for(lambda: not h.scheduler._cohorts, 3)
+        wait_for(lambda: not h.scheduler.active, 3)
         steps = h.stats.decoder_steps
         time.sleep(0.2)
         assert h.stats.decoder_steps == steps  # nothing runs for nobody
@@ -293,7 +293,7 @@ def test_a_request_arriving_mid_batch_does_not_wait_for_it(srv):
 
         t = threading.Thread(target=long)
         t.start()
-        wait_for(lambda: h.scheduler._cohorts, 3)
+        wait_for(lambda: h.scheduler.active, 3)
         short = post(srv, {"model": "t5-merged", "inputs": [T5["inputs"][1]], "max_tokens": 3})
         short_t = time.time()
         assert short.status_code == 200 and "long" not in done
@@ -365,7 +365,7 @@ def test_ct2_decoding_stops_when_the_client_leaves(srv):
     wait_for(lambda: srv.service.admission.in_flight == 0, 10)
     # every input was stopped mid-decoding, or dropped before its batch ran if it had not started
     wait_for(lambda: (backend.stopped - before) + (h.stats.cancelled - dropped) == 128, 10)
-    wait_for(lambda: h.scheduler._worker.done(), 10)
+    wait_for(lambda: not h.scheduler.busy, 10)
     assert time.time() - t0 < 10
 
 
@@ -383,7 +383,7 @@ def test_requests_with_different_options_share_a_cohort_and_stay_exact(srv):
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
                 busy = asyncio.create_task(c.post("/ai/v1/rewrite", json={
                     "model": "bart-optimum", "inputs": ["keep the worker busy"], "max_tokens": 20}))
-                while not h.scheduler._cohorts:
+                while not h.scheduler.active:
                     await asyncio.sleep(0.005)
                 passes, cohorts = h.stats.encoder_passes, h.stats.cohorts
                 rs = await asyncio.gather(*(c.post("/ai/v1/rewrite", json={

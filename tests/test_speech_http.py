@@ -227,7 +227,7 @@ def test_a_client_that_leaves_stops_costing_windows(tmp_path):
                     break  # the first window is decoded: leave (closing the connection)
         handle = s.service.registry.loaded["tiny-random"].model
         deadline = time.time() + 60
-        while handle.queue._pending or s.service.admission.in_flight:
+        while handle.queue.busy or s.service.admission.in_flight:
             assert time.time() < deadline
             time.sleep(0.1)
         stats = handle.queue.stats

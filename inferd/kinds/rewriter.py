@@ -60,11 +60,12 @@ def load_rewriter(spec: ModelSpec, opts: RuntimeOptions | None = None) -> Rewrit
 
         sched: Any = Batcher(run, max_tokens=budget, max_items=opts.max_batch_size, name=spec.name)
     else:
+        from inferd.runtimes.seq2seq import decoding
         from inferd.runtimes.seq2seq.onnx_model import OnnxSeq2Seq
 
         backend = OnnxSeq2Seq(files, threads)
         rw = Rewriter(spec.name, files, backend, MAX_NEW_TOKENS)
-        sched = Seq2SeqScheduler(backend, rw.tokenizer.pad_id, max_rows=opts.max_batch_size, max_tokens=budget,
+        sched = Seq2SeqScheduler(backend, decoding, rw.tokenizer.pad_id, max_rows=opts.max_batch_size, max_tokens=budget,
                                  name=spec.name)
     log.info("rewriter %s: %s layout (%s), input limit %d tokens", spec.name, files.layout,
              ", ".join(p.name for p in files.graphs.values()), rw.max_length)

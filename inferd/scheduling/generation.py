@@ -34,7 +34,9 @@ finish. A slot's cached cells belong to the set they were computed with: a prefi
 reused (or lent) only within the same set.
 
 The backend (runtimes/llama_cpp/generator.py) does the native work; this module is the
-scheduling policy and knows nothing about llama.cpp."""
+scheduling policy and knows nothing about llama.cpp. Its collaborators: jobs.py (the data,
+admission checks), state_tiers.py (the RAM and disk prompt-cache tiers), speculation.py
+(drafts and their verification), idle_calls.py (calls between jobs), lora_slices.py."""
 
 from __future__ import annotations
 
@@ -47,16 +49,18 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from inferd.errors import (ContextOverflow, InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded,
-                           copy_error)
+from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, Overloaded, copy_error
 from inferd.observability.stats import GenStats
-from inferd.scheduling.lora_slices import AdapterSlices
 from inferd.scheduling.disk_cache import DiskCache
+from inferd.scheduling.idle_calls import IdleCalls
+from inferd.scheduling.lora_slices import AdapterSlices
+from inferd.scheduling.drafting import add_drafts, verify_drafts
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
+from inferd.scheduling.state_tiers import StateTiers
 from inferd.scheduling.textout import TextOut
 from inferd.scheduling.jobs import (Adapters, Backend, Job, LoraBackend, MediaBackend, MediaChunk, Slot, common_prefix,
-                                    snap_to_media)
+                                    refusal, snap_to_media)
 from inferd.types import Delta, FinishReason, TokenLogprob
 
 __all__ = ["Backend", "GenerationEngine", "Job", "MediaBackend", "MediaChunk", "Slot", "common_prefix"]
@@ -74,15 +78,12 @@ class GenerationEngine:
     def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0,
                  disk_cache: DiskCache | None = None):
         self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
-        # --cache-ram: KV states of evicted sequences in host memory (state_cache.py)
-        self.host_cache = HostCache(host_cache_bytes) if host_cache_bytes > 0 and hasattr(backend, "seq_state") \
-            else None
-        self.disk_cache = disk_cache  # --cache-dir: states that outlive the process (disk_cache.py)
+        # --cache-ram and --cache-dir: the prompt-cache tiers behind the slots (state_tiers.py)
+        self.tiers = StateTiers(backend, host_cache_bytes, disk_cache)
         self.slots = [Slot(i) for i in range(backend.n_seq)]
         self.waiting: collections.deque[Job] = collections.deque()
         self._inbox: list[Job] = []
-        # (fn, reset_cache, future, number of the last job submitted before the call, default-set jobs only)
-        self._idle_calls: list[tuple[Callable[[], Any], bool, concurrent.futures.Future, int, bool]] = []
+        self._idle_calls = IdleCalls()  # call_when_idle (idle_calls.py)
         self._submitted = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -128,11 +129,18 @@ class GenerationEngine:
         jobs submitted after it wait until `fn` has run. For changes that invalidate the KV
         cache. `default_only`: a change of the default adapter set, which only the jobs
         without their own set see: it waits for those alone, and holds only those."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
-            self._idle_calls.append((fn, reset_cache, fut, self._submitted, default_only))
+            fut = self._idle_calls.add(fn, reset_cache, self._submitted, default_only)
             self._cond.notify()
         return fut
+
+    @property
+    def host_cache(self) -> HostCache | None:
+        return self.tiers.host
+
+    @property
+    def disk_cache(self) -> DiskCache | None:
+        return self.tiers.disk
 
     @property
     def active(self) -> int:
@@ -150,8 +158,7 @@ class GenerationEngine:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
-        if self.disk_cache is not None:
-            self.disk_cache.close()
+        self.tiers.close()
         return not self._thread.is_alive()
 
     # ---- worker thread ----------------------------------------------------------------------
@@ -166,7 +173,7 @@ class GenerationEngine:
                     closing = self._closing
                 if closing:
                     self._fail_all(lambda: ModelUnloaded(self.name))
-                    self._fail_idle_calls(lambda: ModelUnloaded(self.name))
+                    self._idle_calls.fail(lambda: ModelUnloaded(self.name))
                     return
                 try:
                     self._step()
@@ -179,16 +186,13 @@ class GenerationEngine:
             log.exception("generation worker of %s died", self.name)
             why = f"generation worker failed: {e}"
             self._fail_all(lambda: InferenceFailed(why))
-            self._fail_idle_calls(lambda: InferenceFailed(why))
+            self._idle_calls.fail(lambda: InferenceFailed(why))
 
     def _step(self) -> None:
         now = time.perf_counter()
         self._drop_cancelled(now)
-        if self._idle_calls:
-            _fn, _reset, _fut, barrier, only = self._idle_calls[0]
-            if not any(s.job is not None and self._held(s.job, only) for s in self.slots) \
-                    and not any(j.number <= barrier and self._held(j, only) for j in self.waiting):
-                self._run_idle_calls()
+        if self._idle_calls.due([s.job for s in self.slots if s.job is not None], self.waiting):
+            self._idle_calls.run_first(self._reset_cache, self.tiers.refresh_disk)  # (a LoRA switch: another identity)
         self._admit(now)
         present = {s.adapters for s in self.slots if s.job is not None}
         if not present:
@@ -238,8 +242,8 @@ class GenerationEngine:
                 self._emit(job, Delta(progress=(len(job.prompt), job.cached, len(self.slots[seq].cache),
                                                 round((now - job.t_admitted) * 1e3, 3))))
             if row >= 0:
-                if not job.generated and self.disk_cache is not None and self.disk_cache.checkpoints:
-                    self._checkpoint(job)  # prefill done: the prompt's state, resumable on SWA models
+                if not job.generated and self.tiers.checkpoints:  # prefill done: the prompt's state,
+                    self.tiers.checkpoint(job, self.slots[seq])    # resumable on SWA models
                 if job.next_token is None and job.siblings:  # prefill done: hand it to the siblings
                     self._fork(job, row, now)
                 self._on_token(job, row, now)
@@ -265,34 +269,19 @@ class GenerationEngine:
             if slot.job is not None and slot.job.cancelled:
                 self._finish(slot.job, "cancelled", now)
 
-    @staticmethod
-    def _held(job: Job, default_only: bool) -> bool:
-        """Does an idle call (see call_when_idle) concern `job`?"""
-        return not (default_only and job.own_adapters)
-
     def _admit(self, now: float) -> None:
-        barrier, only = (self._idle_calls[0][3], self._idle_calls[0][4]) if self._idle_calls else (None, False)
+        call = self._idle_calls.first
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
             # jobs after a pending idle call wait for it (those it concerns: the first other one goes)
-            i = next((k for k, j in enumerate(self.waiting)
-                      if barrier is None or j.number <= barrier or not self._held(j, only)), None)
+            i = next((k for k, j in enumerate(self.waiting) if call is None or not call.holds(j)), None)
             if not free or i is None:
                 return
             job = self.waiting[i]
-            problem: tuple[type[InvalidInput], str, str | None] | None = None  # (class, message, param)
-            if len(job.group) > len(self.slots):
-                problem = (InvalidInput, f"n={len(job.group)} is more than the {len(self.slots)} sequences this "
-                           "model runs at once", "n")
-            elif len(job.prompt) >= self.backend.n_ctx_seq or not job.prompt:
-                problem = (ContextOverflow, f"the prompt has {len(job.prompt)} tokens; this model's context holds "
-                           f"{self.backend.n_ctx_seq}", None)
-            elif job.pin_slot is not None and not 0 <= job.pin_slot < len(self.slots):
-                problem = (InvalidInput, f"id_slot {job.pin_slot} does not exist: this model has "
-                           f"{len(self.slots)} slots (0 to {len(self.slots) - 1}, or -1 for any)", "id_slot")
-            elif job.pin_slot is not None and self.slots[job.pin_slot].job is not None:
+            problem = refusal(job, len(self.slots), self.backend.n_ctx_seq)
+            if problem is None and job.pin_slot is not None and self.slots[job.pin_slot].job is not None:
                 return  # waits for its slot; later jobs keep their place behind it (as llama-server defers)
-            elif len(free) < len(job.group):
+            if problem is None and len(free) < len(job.group):
                 return  # a group starts together; later jobs keep their place behind it
             del self.waiting[i]
             if problem is not None:
@@ -334,27 +323,7 @@ class GenerationEngine:
                 n = reuse(s)
                 if n > donor_keep:
                     donor, donor_keep = s, n
-        restored = False
-        if self.host_cache is not None and job.prompt_cache and not ad and not own.adapters:  # base weights only
-            self._to_host(own, keep)
-            n, hit = self.host_cache.best(prompt, limit, getattr(self.backend, "reuse_floor", None))
-            n = snap_to_media(job, n)  # never inside an image span
-            if hit is not None and n > donor_keep:
-                restored = self._from_host(own, hit, n)
-                if restored:
-                    donor, keep, own.cache = None, n, prompt[:n]
-                else:  # the slot was emptied for the failed restore
-                    keep, own.cache = 0, []
-        # the disk tier holds base-weight states only (its entries are not keyed by a request's adapter set)
-        if not restored and self.disk_cache is not None and job.prompt_cache and not job.media and not ad \
-                and not own.adapters:
-            n = self.disk_cache.restore(self.backend, own.id, prompt, limit, key, max(keep, donor_keep))
-            if n < 0:
-                self.stats.prompt_cache_refused += 1
-            if n:  # loaded (n > 0) or the slot emptied by a failed load (-1)
-                restored, donor, keep = True, None, max(n, 0)
-                own.cache = prompt[:keep]
-                self.stats.disk_cache_restored_tokens += keep
+        restored, keep = self.tiers.restore(job, own, limit, keep, donor_keep, self.stats)
         if restored:
             pass
         elif donor is not None:  # share the cells of a longer cached prefix (live or idle sequence)
@@ -368,7 +337,7 @@ class GenerationEngine:
             own.cache = []
         else:
             own.cache = own.cache[:keep]
-        if keep and not self._reusable(own, keep):  # a sliding-window cache lacks cells this prefix needs
+        if keep and not self.tiers.reusable(own, keep):  # a sliding-window cache lacks cells this prefix needs
             self.backend.seq_rm(own.id, -1, -1)
             keep, own.cache = 0, []
             self.stats.prompt_cache_refused += 1
@@ -398,7 +367,7 @@ class GenerationEngine:
             else:
                 prefilling.append(slot)
         if any(j.speculation is not None for j in jobs):
-            self._add_drafts(entries, jobs)
+            add_drafts(self.backend, entries, jobs)  # speculation.py
         budget = self.backend.n_batch - sum(len(e[1]) for e in entries)
         self._media_slot = None
         for slot in sorted(prefilling, key=lambda s: s.job.t_admitted if s.job else 0.0):  # oldest prompt first
@@ -505,94 +474,15 @@ class GenerationEngine:
             job.next_token = tok
             self._emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
 
-    # ---- host-RAM prompt cache (state_cache.py) ----------------------------------------------
-    def _to_host(self, slot: Slot, keep: int) -> None:
-        """Save the slot's sequence before a new prompt overwrites most of it."""
-        if len(slot.cache) - keep >= HostCache.MIN_TOKENS:
-            try:
-                assert self.host_cache is not None  # only called with a host cache
-                self.host_cache.put(list(slot.cache), cast(Any, self.backend).seq_state(slot.id))
-            except Exception:
-                log.exception("saving a sequence to the host cache failed")
-
-    def _from_host(self, slot: Slot, key: tuple[int, ...], n: int) -> bool:
-        """Load a saved state into `slot`, cut to its first `n` tokens."""
-        assert self.host_cache is not None  # only called with a host cache
-        data = self.host_cache.take(key)
-        self.backend.seq_rm(slot.id, -1, -1)
-        if not cast(Any, self.backend).set_seq_state(slot.id, data):
-            log.warning("restoring a sequence from the host cache failed; prefilling it")
-            return False
-        self.backend.seq_rm(slot.id, n, -1)
-        self.stats.host_cache_restored_tokens += n
-        return True
-
-    def _checkpoint(self, job: Job) -> None:
-        """Offer the job's sequence as it stands to the disk cache (written off this thread)."""
-        assert self.disk_cache is not None and job.slot is not None
-        if job.prompt_cache and not job.media and not job.shifted and not job.adapters:
-            self.disk_cache.offer(self.slots[job.slot].cache, job.cache_key,
-                                  functools.partial(cast(Any, self.backend).seq_state, job.slot))
-
-    def _reusable(self, slot: Slot, keep: int) -> bool:
-        """Does the sequence, cut to `keep` tokens, still hold the cells its next position
-        attends to? A live slot does (the context keeps every cell: swa_full), but a state
-        restored from RAM or disk holds a sliding-window layer's cells only near its end, so
-        cut further back it cannot be resumed (llama-server's "forcing full prompt
-        re-processing"): then the prompt is prefilled whole, counted in prompt_cache_refused."""
-        check = getattr(self.backend, "reusable", None)
-        return check is None or check(slot.id, keep)
-
     # ---- speculation (speculation.py) and context shift ----------------------------------------
-    def _add_drafts(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job]) -> None:
-        """Append each speculating sequence's draft to its entry (want = 1 + draft tokens),
-        within the decode's token budget, the context and the request's max_tokens."""
-        n_ctx, budget = self.backend.n_ctx_seq, self.backend.n_batch - len(entries)
-        by_drafter: dict[int, tuple[Any, list[tuple[int, list[int], int]], list[int]]] = {}
-        for i, job in enumerate(jobs):
-            sp = job.speculation
-            if sp is None or budget <= 0:
-                continue
-            if job.forced or (job.thinking is not None and job.thinking.bounding):
-                continue  # a reasoning budget may cut the block at any token: no draft runs past it
-            if job.media and sp.drafter is not None and sp.drafter.text_only:
-                sp.disabled_reason = "media"
-                continue
-            k = min(sp.want(len(jobs)), budget, n_ctx - entries[i][2] - 2, job.max_tokens - len(job.generated) - 1)
-            if k <= 0:
-                continue
-            budget -= k
-            _d, asks, idx = by_drafter.setdefault(id(sp.drafter), (sp.drafter, [], []))
-            asks.append((entries[i][0], job.prompt + job.generated, k))
-            idx.append(i)
-        for drafter, asks, idx in by_drafter.values():
-            for i, draft in zip(idx, drafter.propose(asks)):
-                if draft:
-                    seq, toks, p0, _want = entries[i]
-                    # the last field counts the rows wanted: the next token's and each draft's
-                    entries[i] = cast(Any, (seq, toks + draft, p0, 1 + len(draft)))
-
     def _verify(self, job: Job, toks: list[int], row: int, now: float) -> None:
-        """The target's rows for [next token, *draft]: sample each in order with the job's own
-        sampler and stop at the first that differs from the draft (or ends the sequence); the
-        rejected drafts' cells leave the KV cache. The counts are recorded before any of these
+        """The target's rows for [next token, *draft] (verify_drafts); the rejected drafts'
+        cells leave the KV cache. The counts are recorded before any of these
         tokens is emitted, so a job that finishes here reports them on its final delta."""
         assert job.slot is not None
         slot = self.slots[job.slot]
         draft, base, p0 = toks[1:], row - (len(toks) - 1), len(slot.cache)
-        sampled: list[int] = []
-        accepted = 0  # the samples that equal the draft (an end-of-generation token is no cell to keep)
-        failed: InferdError | None = None  # the job's own dead end, after the tokens before it
-        for j in range(len(draft) + 1):
-            try:
-                tok = self.backend.sample(job.sampler, base + j)
-            except InferdError as e:
-                failed = e
-                break
-            sampled.append(tok)
-            if j == len(draft) or tok != draft[j] or self.backend.is_eog(tok):
-                break
-            accepted += 1
+        sampled, accepted, failed = verify_drafts(self.backend, job.sampler, toks, base)
         slot.cache.append(toks[0])
         slot.cache.extend(draft[:accepted])
         self.backend.seq_rm(slot.id, p0 + 1 + accepted, -1)
@@ -660,8 +550,8 @@ class GenerationEngine:
                 slot.cache = []
                 if job.speculation is not None and job.speculation.drafter is not None:  # nor in a draft's cache
                     job.speculation.drafter.forget(slot.id)
-            elif self.disk_cache is not None and reason in ("stop", "length") and len(job.group) == 1:
-                self._checkpoint(job)
+            elif reason in ("stop", "length") and len(job.group) == 1:
+                self.tiers.checkpoint(job, slot)
         try:
             job.sampler.close()
         except Exception:
@@ -691,29 +581,8 @@ class GenerationEngine:
     def _reset_cache(self) -> None:
         for s in self.slots:
             s.cache = []
-        if self.host_cache is not None:  # states computed with the old weights (or a failed step)
-            self.host_cache = HostCache(self.host_cache.capacity)
+        self.tiers.forget_host()  # states computed with the old weights (or a failed step)
         try:
             self.backend.clear()
         except Exception:
             log.exception("clearing the KV cache failed")
-
-    def _run_idle_calls(self) -> None:
-        with self._cond:
-            calls, self._idle_calls = self._idle_calls[:1], self._idle_calls[1:]
-        for fn, reset, fut, _barrier, _only in calls:
-            try:
-                if reset:
-                    self._reset_cache()
-                result = fn()
-                if reset and self.disk_cache is not None:  # after a LoRA switch: another identity
-                    self.disk_cache.refresh()
-                fut.set_result(result)
-            except BaseException as e:
-                fut.set_exception(e)
-
-    def _fail_idle_calls(self, make_error: Callable[[], BaseException]) -> None:
-        with self._cond:
-            calls, self._idle_calls = self._idle_calls, []
-        for _fn, _reset, fut, _barrier, _only in calls:
-            fut.set_exception(make_error())

@@ -1,7 +1,7 @@
 """What the continuous-batching engine (generation.py) schedules: the Backend Protocol a
 runtime satisfies, one Job (a sequence to generate, with its worker-side state), one Slot (a
-sequence of the KV cache), and the prefix arithmetic of prompt reuse. Pure data and small
-pure functions; the scheduling policy is in generation.py."""
+sequence of the KV cache), the prefix arithmetic of prompt reuse, and the admission checks.
+Pure data and small pure functions; the scheduling policy is in generation.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from inferd.errors import ContextOverflow, InvalidInput
 from inferd.scheduling.speculation import Speculation
 from inferd.scheduling.textout import TextOut
 from inferd.scheduling.thinking import ThinkingBudget
@@ -149,3 +150,16 @@ def snap_to_media(job: Job, keep: int) -> int:
         if start < keep < start + chunk.n_tokens:
             return start
     return keep
+
+
+def refusal(job: Job, n_slots: int, n_ctx: int) -> tuple[type[InvalidInput], str, str | None] | None:
+    """Why the engine refuses `job` at admission, as (error class, message, param), or None.
+    The engine makes one exception per job of the group from it."""
+    if len(job.group) > n_slots:
+        return InvalidInput, f"n={len(job.group)} is more than the {n_slots} sequences this model runs at once", "n"
+    if len(job.prompt) >= n_ctx or not job.prompt:
+        return ContextOverflow, f"the prompt has {len(job.prompt)} tokens; this model's context holds {n_ctx}", None
+    if job.pin_slot is not None and not 0 <= job.pin_slot < n_slots:
+        return (InvalidInput, f"id_slot {job.pin_slot} does not exist: this model has {n_slots} slots "
+                f"(0 to {n_slots - 1}, or -1 for any)", "id_slot")
+    return None

@@ -1,4 +1,5 @@
-"""Dynamic batching for seq2seq decoders (rewriters on ONNX).
+"""Dynamic batching for seq2seq decoders (rewriters on ONNX): a WorkQueue whose rule groups
+inputs into decoder cohorts and steps them.
 
 One worker thread per loaded model. Inputs that are waiting when the worker comes round —
 every input of one request, and everything other requests sent meanwhile — form a *cohort*:
@@ -16,25 +17,64 @@ once in a new cohort instead of waiting for the old one to finish.
   pass and the cross-attention cache scale with it), all live cohorts together within
   `LIVE_FACTOR` x `max_tokens`, and at most `max_rows` rows live at once; inputs beyond
   wait for the next cohort. One input over the budget still runs, alone.
+
+The scheduler owns the batching; the search (greedy, sampling, beams) and the model are the
+runtime's, behind the `Decoding` and `Seq2SeqBackend` protocols below (runtimes/seq2seq
+satisfies both structurally), so the runtime stays a leaf.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
-from inferd.errors import InferenceFailed, copy_error
-from inferd.runtimes.seq2seq.decoding import DecodeParams, Search, make_search, plan_step
-
-log = logging.getLogger("inferd.seq2seq")
+from inferd.scheduling.work_queue import Entry, OfRule, WorkQueue
 
 LIVE_FACTOR = 4  # live cohorts' rows x source tokens, in units of one cohort's budget
+
+
+class Params(Protocol):
+    """What the scheduler reads of one input's decode parameters."""
+
+    @property
+    def num_beams(self) -> int: ...
+    @property
+    def decoder_start(self) -> int: ...
+
+
+class Search(Protocol):
+    """One input's search: done once it has its answer (`results`, best first)."""
+
+    done: bool
+    results: list[list[int]]
+
+    def stop(self) -> None: ...
+
+
+class StepPlan(Protocol):
+    """How a cohort's searches map onto decoder rows after one step."""
+
+    parents: np.ndarray                # new row -> old row
+    tokens: np.ndarray                 # next decoder input token of each new row
+    spans: list[tuple[int, int]]       # rows of each search (end exclusive)
+
+
+class Decoding(Protocol):
+    """The search side (runtimes/seq2seq/decoding.py, the module itself, satisfies it)."""
+
+    def make_search(self, p: Any) -> Search: ...
+    def plan_step(self, searches: list[Any], spans: list[tuple[int, int]], logits: np.ndarray) -> StepPlan: ...
+
+
+class Seq2SeqBackend(Protocol):
+    """The model: encode() -> first() -> step()...; a state's take(rows) reorders and drops rows."""
+
+    def encode(self, inputs: list[tuple[int, ...]], pad_id: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def first(self, tokens: np.ndarray, hidden: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, Any]: ...
+    def step(self, tokens: np.ndarray, state: Any) -> tuple[np.ndarray, Any]: ...
 
 
 @dataclass
@@ -48,172 +88,110 @@ class Seq2SeqStats:
     generated_rows: int = 0    # row-steps decoded (a beam of 4 for 3 steps = 12)
 
 
-@dataclass
-class _Job:
-    ids: tuple[int, ...]
-    params: DecodeParams
-    fut: asyncio.Future
-    search: Search | None = None
-    cancelled: bool = False
-    delivered: bool = False
+Input = tuple[tuple[int, ...], Any]  # (source token ids, decode params)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Cohort:
-    jobs: list[_Job]
-    spans: list[tuple[int, int]]
-    state: Any
-    tokens: np.ndarray
+    jobs: list[Entry[Input]]
+    searches: list[Search] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    state: Any = None
+    tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     id: int = 0
     width: int = 0            # padded source length
+    started: bool = False
 
 
-def _deliver(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:
-    if fut.done():
-        return
-    if error is not None:
-        fut.set_exception(error)
-    else:
-        fut.set_result(value)
+def _beams(e: Entry[Input]) -> int:
+    return int(e.item[1].num_beams)
 
 
-class Seq2SeqScheduler:
-    def __init__(self, backend: Any, pad_id: int, max_rows: int = 256, max_tokens: int = 8192,
-                 name: str = "rewriter"):
-        self.backend, self.pad_id, self.name = backend, pad_id, name
+class Cohorts:
+    """The rule: at most one new cohort per round, within the row and memory budgets; every
+    live cohort advances one decoder step per round."""
+
+    def __init__(self, backend: Seq2SeqBackend, decoding: Decoding, pad_id: int, max_rows: int, max_tokens: int):
+        self.backend, self.decoding, self.pad_id = backend, decoding, pad_id
         self.max_rows, self.max_tokens = max(1, max_rows), max(1, max_tokens)
         self.stats = Seq2SeqStats()
-        self._pending: list[_Job] = []
-        self._cohorts: list[_Cohort] = []
-        self._cv = threading.Condition()
-        self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._run, name=f"seq2seq-{name}", daemon=True)
-        self._thread.start()
 
-    # ---- event-loop side ---------------------------------------------------------------------
-    async def submit(self, inputs: Sequence[tuple[int, ...]], params: Sequence[DecodeParams]) -> list[Any]:
-        """For each input, its generated token lists (best first) or its exception."""
-        if self._closed:
-            raise InferenceFailed(f"model '{self.name}' was unloaded; retry the request")
-        if not inputs:
-            return []
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        jobs = [_Job(tuple(x), p, loop.create_future()) for x, p in zip(inputs, params)]
-        with self._cv:
-            self._pending.extend(jobs)
-            self._cv.notify()
-        try:
-            return list(await asyncio.gather(*(j.fut for j in jobs), return_exceptions=True))
-        except asyncio.CancelledError:
-            with self._cv:
-                for j in jobs:  # the worker drops their rows before its next step
-                    j.cancelled = True
-                self._cv.notify()
-            raise
-
-    # ---- worker thread -----------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closed and not self._pending and not self._cohorts:
-                    self._cv.wait()
-                if self._closed:
-                    return
-                fresh = self._take_pending()
-            try:
-                if fresh:
-                    self._start(fresh)
-                for c in list(self._cohorts):
-                    self._step(c)
-            except Exception as exc:  # noqa: BLE001 - a bug here must not leave requests hanging
-                held = [j for c in self._cohorts for j in c.jobs if not j.delivered]
-                self._cohorts = []
-                self._fail(held + [j for j in fresh if not j.delivered], exc)
-
-    def _take_pending(self) -> list[_Job]:
+    def take(self, pending: Sequence[Entry[Input]], active: Sequence[_Cohort]) -> list[_Cohort]:
         """Inputs for a new cohort, in arrival order, within the row and memory budgets."""
-        out: list[_Job] = []
-        rows = sum(len(c.tokens) for c in self._cohorts)
-        live = sum(len(c.tokens) * c.width for c in self._cohorts)
+        out: list[Entry[Input]] = []
+        rows = sum(len(c.tokens) for c in active)
+        live = sum(len(c.tokens) * c.width for c in active)
         mine, longest = 0, 0
-        keep: list[_Job] = []
-        for j in self._pending:
-            if j.cancelled or j.fut.done():
-                self.stats.cancelled += 1
-                continue
-            wide = max(longest, len(j.ids))
-            cost = (mine + j.params.num_beams) * wide
-            fits = (rows + j.params.num_beams <= self.max_rows and cost <= self.max_tokens
+        for j in pending:
+            wide = max(longest, len(j.item[0]))
+            cost = (mine + _beams(j)) * wide
+            fits = (rows + _beams(j) <= self.max_rows and cost <= self.max_tokens
                     and live + cost <= LIVE_FACTOR * self.max_tokens)
-            if fits or (not out and not self._cohorts):  # one oversized input still runs, alone
+            if fits or (not out and not active):  # one oversized input still runs, alone
                 out.append(j)
-                rows += j.params.num_beams
-                mine += j.params.num_beams
+                rows += _beams(j)
+                mine += _beams(j)
                 longest = wide
-            else:
-                keep.append(j)
-        self._pending = keep
-        return out
+        return [_Cohort(out)] if out else []
 
-    def _finish(self, job: _Job, error: BaseException | None = None) -> None:
-        value = None if error is not None else (job.search.results if job.search else [])
-        try:
-            job.fut.get_loop().call_soon_threadsafe(_deliver, job.fut, value, error)
-        except RuntimeError:  # its event loop is closed: nobody is waiting any more
-            pass
+    def held(self, c: _Cohort) -> list[Entry[Input]]:
+        return c.jobs
 
-    def _fail(self, jobs: list[_Job], exc: BaseException) -> None:
-        self.stats.failed += len(jobs)
-        log.error("seq2seq batch of %s failed", self.name, exc_info=exc)
-        for j in jobs:
-            j.delivered = True
-            self._finish(j, copy_error(exc))
+    def step(self, c: _Cohort) -> bool:
+        if not c.started:
+            self._start(c)
+        self._drop_left(c)
+        if not len(c.tokens):
+            return False
+        logits, c.state = self.backend.step(c.tokens, c.state)
+        self.stats.decoder_steps += 1
+        self._advance(c, logits)
+        return bool(len(c.tokens))
 
-    def _start(self, jobs: list[_Job]) -> None:
-        try:
-            hidden, mask = self.backend.encode([j.ids for j in jobs], self.pad_id)
-            self.stats.encoder_passes += 1
-            reps = np.array([j.params.num_beams for j in jobs])
-            rows = np.repeat(np.arange(len(jobs)), reps)
-            starts = np.array([j.params.decoder_start for j in jobs for _ in range(j.params.num_beams)])
-            logits, state = self.backend.first(starts, hidden[rows], mask[rows])
-            spans, a = [], 0
-            for j in jobs:
-                j.search = make_search(j.params)
-                spans.append((a, a + j.params.num_beams))
-                a += j.params.num_beams
-            self.stats.cohorts += 1
-            self.stats.inputs += len(jobs)
-            c = _Cohort(jobs, spans, state, starts, id=self.stats.cohorts, width=int(mask.shape[1]))
-            self._advance(c, logits)
-        except Exception as exc:  # noqa: BLE001 - every input must hear about it
-            self._fail([j for j in jobs if not j.delivered], exc)
-            return
-        if len(c.tokens):
-            self._cohorts.append(c)
+    def dropped(self, n: int) -> None:
+        self.stats.cancelled += n
+
+    def failed(self, c: _Cohort, n: int) -> None:
+        self.stats.failed += n
+
+    def _start(self, c: _Cohort) -> None:
+        """The encoder pass and the first decoder step of every row."""
+        c.started = True
+        hidden, mask = self.backend.encode([j.item[0] for j in c.jobs], self.pad_id)
+        self.stats.encoder_passes += 1
+        reps = np.array([_beams(j) for j in c.jobs])
+        rows = np.repeat(np.arange(len(c.jobs)), reps)
+        starts = np.array([j.item[1].decoder_start for j in c.jobs for _ in range(_beams(j))])
+        logits, c.state = self.backend.first(starts, hidden[rows], mask[rows])
+        a = 0
+        for j in c.jobs:
+            c.searches.append(self.decoding.make_search(j.item[1]))
+            c.spans.append((a, a + _beams(j)))
+            a += _beams(j)
+        self.stats.cohorts += 1
+        self.stats.inputs += len(c.jobs)
+        c.id, c.width, c.tokens = self.stats.cohorts, int(mask.shape[1]), starts
+        self._advance(c, logits)
 
     def _advance(self, c: _Cohort, logits: np.ndarray) -> None:
         self.stats.generated_rows += len(logits)
-        searches = [j.search for j in c.jobs]
-        plan = plan_step(searches, c.spans, logits)  # type: ignore[arg-type]
-        for j, s in zip(c.jobs, searches):
-            if s is not None and s.done and not j.delivered:
-                j.delivered = True
-                self._finish(j)
+        plan = self.decoding.plan_step(c.searches, c.spans, logits)
+        for j, s in zip(c.jobs, c.searches):
+            if s.done and not j.settled:
+                j.resolve(s.results)
         c.state = c.state.take(plan.parents) if len(plan.parents) else None
         c.tokens, c.spans = plan.tokens, plan.spans
 
-    def _drop_cancelled(self, c: _Cohort) -> None:
-        gone = [i for i, j in enumerate(c.jobs) if (j.cancelled or j.fut.done()) and j.search and not j.search.done]
+    def _drop_left(self, c: _Cohort) -> None:
+        """The rows of inputs whose requests went away leave before the next step."""
+        gone = {i for i, (j, s) in enumerate(zip(c.jobs, c.searches)) if j.gone and not s.done}
         if not gone:
             return
         keep_rows: list[int] = []
         spans = []
-        for i, (j, (a, b)) in enumerate(zip(c.jobs, c.spans)):
+        for i, (a, b) in enumerate(c.spans):
             if i in gone:
-                j.search.stop()  # type: ignore[union-attr]
+                c.searches[i].stop()
                 self.stats.cancelled += 1
                 spans.append((len(keep_rows), len(keep_rows)))
                 continue
@@ -224,29 +202,15 @@ class Seq2SeqScheduler:
         c.state = c.state.take(rows) if len(rows) else None
         c.tokens, c.spans = c.tokens[rows], spans
 
-    def _step(self, c: _Cohort) -> None:
-        self._drop_cancelled(c)
-        if not len(c.tokens):
-            self._cohorts.remove(c)
-            return
-        try:
-            logits, state = self.backend.step(c.tokens, c.state)
-            self.stats.decoder_steps += 1
-            c.state = state
-            self._advance(c, logits)
-        except Exception as exc:  # noqa: BLE001 - a failing pass fails the inputs it holds
-            self._cohorts.remove(c)
-            self._fail([j for j in c.jobs if not j.delivered], exc)
-            return
-        if not len(c.tokens):
-            self._cohorts.remove(c)
 
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify()
-        self._thread.join(timeout=30)
-        jobs = self._pending + [j for c in self._cohorts for j in c.jobs if not j.delivered]
-        for j in jobs:
-            self._finish(j, InferenceFailed("the model was unloaded while the request ran; retry"))
-        self._pending, self._cohorts = [], []
+class Seq2SeqScheduler(WorkQueue[Input, _Cohort]):
+    rule: Cohorts
+    backend, pad_id, max_rows, max_tokens, stats = OfRule(), OfRule(), OfRule(), OfRule(), OfRule()
+
+    def __init__(self, backend: Seq2SeqBackend, decoding: Decoding, pad_id: int, max_rows: int = 256,
+                 max_tokens: int = 8192, name: str = "rewriter"):
+        super().__init__(Cohorts(backend, decoding, pad_id, max_rows, max_tokens), name)
+
+    async def submit(self, inputs: Sequence[tuple[int, ...]], params: Sequence[Params]) -> list[Any]:
+        """For each input, its generated token lists (best first) or its exception."""
+        return await self.gather([(tuple(x), p) for x, p in zip(inputs, params)])

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+
+
 log = logging.getLogger("inferd.speculation")
 
 DEFAULT_K = 4
