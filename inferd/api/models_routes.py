@@ -36,11 +36,9 @@ async def unload(body: ModelBody, svc: InferenceService = Depends(get_service)) 
 
 @router.get("/models/events")
 async def events(request: Request, svc: InferenceService = Depends(get_service)) -> StreamingResponse:
-    bus = svc.models_mgr.events
-
     async def body() -> AsyncIterator[str]:
         yield ": connected\n\n"   # lets a client know it is subscribed before anything happens
-        async for ev in bus.subscribe():
+        async for ev in svc.model_events():
             if await request.is_disconnected():
                 return
             yield f"event: {ev['event']}\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
