@@ -1,4 +1,4 @@
-"""Observability routes and middleware: /load, /slots, /admin/drain, /admin/models/{load,unload},
+"""Observability routes and middleware: /load, /slots, /admin/drain, /admin/models,
 and `Observe`, which gives every request its RequestInfo (observability/context.py), adds
 the timing headers, counts the request per model, writes its trace, and refuses new work
 with 503 + Retry-After while the server drains."""
@@ -9,7 +9,6 @@ import time
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.api.deps import get_service
@@ -130,24 +129,6 @@ async def drain(svc: InferenceService = Depends(get_service)) -> dict:
     d = observer_of(svc).drain
     started = d.begin()
     return {"status": "draining", "started": started, "in_flight": d.active, "timeout_s": d.timeout}
-
-
-class ModelRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
-
-
-@router.post("/admin/models/load")
-async def load_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
-    """Load any served model now (the console's Load button); it then idles out by keep-alive."""
-    await svc.load_model(body.model)
-    return {"model": body.model, "loaded": True}
-
-
-@router.post("/admin/models/unload")
-async def unload_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
-    """Unload now (a busy model goes when its last request ends): Ollama's keep_alive 0, for any kind."""
-    return {"model": body.model, "unloaded": await svc.unload_model(body.model)}
 
 
 async def health_response(request: Request, body: dict) -> JSONResponse | dict:

@@ -143,16 +143,22 @@ class InferenceService:
         return self.catalog.is_loaded(name)
 
     async def load_model(self, model: str) -> ModelSpec:
-        """Load any served model now (it then idles out by keep-alive)."""
+        """Load any model now, of any kind (it then idles out by keep-alive): a served name, or,
+        with --allow-downloads, a Hub name, fetched first as any request would. The built-in
+        `fixed` chunker (code, no weights) is a 400. -> the served spec after the load (a pulled
+        model's own name, which its other spellings resolve to)."""
         spec = self.resolve(model)
         if spec.format == "builtin" and spec.path is None:  # the `fixed` chunker: code, no weights
             raise ModelNotSupported(f"'{spec.name}' is built into the server and has nothing to load")
         async with self.registry.use(spec.name):
-            return spec
+            pass
+        return self.registry.lookup(spec.name) or spec
 
-    async def unload_model(self, model: str) -> bool:
-        """Unload now (a busy model goes when its last request ends); False: it was not loaded."""
-        return await self.registry.unload(self.resolve(model).name)
+    async def unload_model(self, model: str) -> tuple[ModelSpec, bool]:
+        """Unload now (a busy model goes when its last request ends). Only served models: a name
+        that would have to be downloaded is a 404, never a fetch. -> (spec, whether it was loaded)."""
+        spec = self.resolve_served(model)
+        return spec, await self.registry.unload(spec.name)
 
     def model_state(self, spec: ModelSpec) -> dict[str, Any]:
         """Per-model state for catalogs: LoRA adapter, whether it is loaded and, if so, its
