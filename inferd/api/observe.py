@@ -1,7 +1,7 @@
 """Observability routes and middleware: /load, /slots, /admin/drain, /admin/models,
-and `Observe`, which gives every request its RequestInfo (observability/context.py), adds
-the timing headers, counts the request per model, writes its trace, and refuses new work
-with 503 + Retry-After while the server drains."""
+and `Observe`, which gives every request its RequestInfo (observability/context.py; left in
+the scope, where RequestContext counts the request once, with its model), adds the timing
+headers, writes its trace, and refuses new work with 503 + Retry-After while the server drains."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from inferd.api.deps import get_service
 from inferd.api.errors import LLAMACPP_PATHS, error_response, family_of
 from inferd.errors import Overloaded
 from inferd.models import ModelKind
-from inferd.observability.context import RequestInfo, begin, end
+from inferd.observability.context import SCOPE_KEY, RequestInfo, begin, end
 from inferd.observability.observer import Observer
 from inferd.service import InferenceService
 
@@ -65,9 +65,9 @@ class Observe:
                              drain.retry_after_s() * 1000)
             return await error_response(err, family_of(path))(scope, receive, send)
         info = RequestInfo(family=route_family(path))
+        scope[SCOPE_KEY] = info  # in place: RequestContext counts the request with its model
         token = begin(info)
         status = 500
-        t0 = time.perf_counter()
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -92,9 +92,6 @@ class Observe:
             if not exempt:
                 drain.leave()
             end(token)
-            dt = time.perf_counter() - t0
-            if info.model:
-                obs.request(info.model, info.family, status, dt)
             tracer = getattr(obs, "tracer", None)
             if tracer is not None and not exempt:
                 route = getattr(scope.get("route"), "path", None) or path

@@ -77,7 +77,7 @@ class InferenceService:
         self.catalog = Catalog(registry)
         # /metrics per model, /load, /slots, drain, traces; every load is observed (time, stats attached)
         self.observer = Observer(registry, admission, Drain(settings.drain_timeout),
-                                 show_prompts=settings.slots_show_prompts)
+                                 show_prompts=settings.slots_show_prompts, metrics=self.metrics)
         self.observer.tracer = make_tracer(settings)
         # a drain that times out closes every model: what they hold fails with a retryable 503
         self.observer.drain.on_timeout.append(registry.close)
