@@ -69,17 +69,17 @@ def engine_cases(model: str, loras: list[str], n: int, rounds: int, threads: int
 
     spec = make_spec("m", Path(model), "cli", ModelKind.GENERATOR)
     h = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=threads, parallel=8, n_ctx=256))
-    prompt = h.backend.tokenize("hello world")
+    prompt = h.runtime.tokenize("hello world")
     one, two = ((loras[0], 1.0),), ((loras[1], 1.0),)
 
     def case(sets: list) -> tuple[float, float]:
         done = threading.Semaphore(0)
-        jobs = [Job(prompt=prompt, sampler=h.backend.make_sampler(SamplingParams(temperature=0, ignore_eos=True)),
+        jobs = [Job(prompt=prompt, sampler=h.runtime.make_sampler(SamplingParams(temperature=0, ignore_eos=True)),
                     max_tokens=n, sink=lambda d: done.release() if d.finish_reason or d.error else None,
                     adapters=a, prompt_cache=False) for a in sets]
         w0, c0 = time.perf_counter(), time.process_time()
         for j in jobs:
-            h.engine.submit(j)
+            h.scheduler.submit(j)
         for _ in jobs:
             done.acquire()
         w, c = time.perf_counter() - w0, time.process_time() - c0
@@ -95,8 +95,8 @@ def engine_cases(model: str, loras: list[str], n: int, rounds: int, threads: int
             for k, v in cases.items():
                 w, c = case(v)
                 got[k] = (max(got[k][0], w), max(got[k][1], c))
-        print(f"switches: {h.engine.lora_slices.switches}, switch cost {h.engine.lora_slices.switch_s * 1e3:.1f} ms, "
-              f"decode {h.engine.lora_slices.decode_s * 1e3:.2f} ms")
+        print(f"switches: {h.scheduler.lora_slices.switches}, switch cost {h.scheduler.lora_slices.switch_s * 1e3:.1f} ms, "
+              f"decode {h.scheduler.lora_slices.decode_s * 1e3:.2f} ms")
         return got
     finally:
         h.close()

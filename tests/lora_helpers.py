@@ -45,7 +45,7 @@ def unset_lora(srv: Running, **body) -> httpx.Response:
 
 def slow_decode(handle, seconds: float) -> Callable[[], object]:
     """Make every decode step of `handle`'s runtime take `seconds` longer; returns the undo."""
-    rt = handle.backend
+    rt = handle.runtime
     real = rt.decode
 
     def decode(entries):

@@ -246,7 +246,7 @@ def test_client_leaving_a_stream_cancels_it(srv):
         with httpx.stream("POST", s.url + "/v1/messages", json=body, timeout=60) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("event: message_start")
-        wait_for(lambda: not any(sl.job for sl in runtime(s).engine.slots), timeout=10)
+        wait_for(lambda: not any(sl.job for sl in runtime(s).scheduler.slots), timeout=10)
     finally:
         undo()
 
@@ -302,7 +302,7 @@ def _png():
 def test_failure_after_the_stream_started_is_an_error_event(srv):
     body = {"model": "tiny", "max_tokens": 12, "messages": HI, **GREEDY}  # greedy: no EOG within 3 decodes
     post(srv, body)
-    backend, calls = runtime(srv).backend, {"n": 0}
+    backend, calls = runtime(srv).runtime, {"n": 0}
     real = backend.decode
 
     def flaky(entries):
@@ -328,7 +328,7 @@ def test_overload_is_529_with_retry_after(tmp_path):
     with serve(models_dir=str(tmp_path), max_concurrent_requests=1, max_queued_requests=0, threads=1) as s:
         body = {"model": "tiny", "max_tokens": 300, "messages": HI, "stream": True}
         assert httpx.post(s.url + "/v1/messages", json={**body, "stream": False, "max_tokens": 1}).status_code == 200
-        backend, gate, steps = runtime(s).backend, threading.Event(), []
+        backend, gate, steps = runtime(s).runtime, threading.Event(), []
         real = backend.decode
 
         def held(entries):  # after the first token the stream waits here: it holds the only slot

@@ -238,7 +238,7 @@ def test_n_choices_are_sampled_separately_and_greedy_ones_equal_a_single_answer(
 def test_n_prefills_the_prompt_once(srv):
     prompt = "count " * 150
     chat(srv, messages=[{"role": "user", "content": "warm"}], max_tokens=1)
-    rt = srv.service.registry.loaded["tiny"].model.backend  # the handle's llama.cpp runtime
+    rt = srv.service.registry.loaded["tiny"].model.runtime  # the handle's llama.cpp runtime
     real, fed = rt.decode, []
     rt.decode = lambda entries: (fed.append(sum(len(t) for _s, t, _p, _w in entries)), real(entries))[1]
     try:
@@ -281,7 +281,7 @@ def test_a_group_waits_for_free_slots_and_a_client_that_leaves_frees_them_all(tm
                                                                                                  "timeout": 120})
         t.start()
         rt = None
-        while rt is None or rt.engine.active == 0:  # the long one holds a slot: 3 are free, 4 are needed
+        while rt is None or rt.scheduler.active == 0:  # the long one holds a slot: 3 are free, 4 are needed
             time.sleep(0.01)
             entry = s.service.registry.loaded.get("tiny")
             rt = entry.model if entry else None
@@ -294,9 +294,9 @@ def test_a_group_waits_for_free_slots_and_a_client_that_leaves_frees_them_all(tm
                 if i > 12:
                     break  # leave mid-stream
         deadline = time.time() + 10
-        while (rt.engine.active or s.service.admission.in_flight) and time.time() < deadline:
+        while (rt.scheduler.active or s.service.admission.in_flight) and time.time() < deadline:
             time.sleep(0.02)
-        assert rt.engine.active == 0 and s.service.admission.in_flight == 0  # every choice stopped
+        assert rt.scheduler.active == 0 and s.service.admission.in_flight == 0  # every choice stopped
 
 
 def test_n_beyond_the_limits_is_400(srv):

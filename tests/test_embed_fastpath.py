@@ -137,7 +137,7 @@ def test_malformed_json_is_a_400_in_each_envelope(srv):
 
 def test_encoder_sessions_do_not_spin(srv):
     httpx.post(srv.url + "/v1/embeddings", json={"model": MODEL, "input": "load it"}, timeout=60)
-    rt = srv.service.registry.loaded[MODEL].model.encoder
+    rt = srv.service.registry.loaded[MODEL].model.runtime
     opts = rt.session.sess.get_session_options()
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 

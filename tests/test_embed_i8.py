@@ -94,7 +94,7 @@ def test_both_names_are_served_and_embed_alike(models):
             r = httpx.post(s.url + "/v1/embeddings", json={"model": name, "input": TEXTS}, timeout=60)
             assert r.status_code == 200, r.text
             vecs[name] = np.array([d["embedding"] for d in r.json()["data"]])
-        graphs = {n: s.service.registry.loaded[n].model.encoder.graph_path for n in ("tiny", "tiny-i8")}
+        graphs = {n: s.service.registry.loaded[n].model.runtime.graph_path for n in ("tiny", "tiny-i8")}
     assert graphs["tiny"].endswith("/model.onnx") and graphs["tiny-i8"].endswith("/model_quantized.onnx")
     a, b = vecs["tiny"], vecs["tiny-i8"]
     cos = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))

@@ -55,13 +55,13 @@ def test_a_client_that_disconnects_costs_no_forward_pass(srv):
         async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
             await c.post("/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": "warm up"})
             rt = srv.service.registry.loaded["all-MiniLM-L6-v2"].model
-            before = rt.batcher.stats.items
+            before = rt.scheduler.stats.items
             busy = asyncio.create_task(c.post("/v1/embeddings", json={
                 "model": "all-MiniLM-L6-v2", "input": [f"{i} {long_text}" for i in range(96)],
                 "truncate": True}))  # over the 256-token limit: the OpenAI face cuts only when asked
             await asyncio.sleep(0.2)
             for _ in range(500):  # the long batch is running (tokenizing it can outlast 0.2 s on a busy machine)
-                if rt.batcher.active and not rt.batcher.waiting:  # a round is running, nothing waits
+                if rt.scheduler.active and not rt.scheduler.waiting:  # a round is running, nothing waits
                     break
                 await asyncio.sleep(0.01)
             with pytest.raises(httpx.ReadTimeout):
@@ -69,7 +69,7 @@ def test_a_client_that_disconnects_costs_no_forward_pass(srv):
                              timeout=0.3)
             assert (await busy).status_code == 200
             await asyncio.sleep(0.2)
-            return rt.batcher.stats.items - before, rt.batcher.stats.cancelled
+            return rt.scheduler.stats.items - before, rt.scheduler.stats.cancelled
 
     done, cancelled = asyncio.run(scenario())
     assert done == 96 and cancelled >= 8

@@ -231,9 +231,9 @@ def test_concurrent_requests_are_batched(srv):
 
     post(srv, "/v1/embeddings", {"model": "tiny-embed", "input": "warm"})
     rt = srv.service.registry.loaded["tiny-embed"].model
-    batcher = rt.batcher
+    batcher = rt.scheduler
     # settings reach the runtime: --threads 1, default --max-batch-tokens / --max-batch-size
-    assert rt.encoder.session.sess.get_session_options().intra_op_num_threads == 1
+    assert rt.runtime.session.sess.get_session_options().intra_op_num_threads == 1
     assert (batcher.max_tokens, batcher.max_items) == (8192, 512)
     before = (batcher.stats.batches, batcher.stats.items)
     vecs = asyncio.run(many())

@@ -55,7 +55,7 @@ def ok(r):
 
 
 def engine(s, name="tiny"):
-    return s.service.registry.loaded[name].model.engine
+    return s.service.registry.loaded[name].model.scheduler
 
 
 def test_cache_dtype_must_be_the_loaded_models(srv):
@@ -65,7 +65,7 @@ def test_cache_dtype_must_be_the_loaded_models(srv):
     # a model whose manifest asks for f32 really runs an f32 cache, and refuses f16 (the tiny model's 16-wide heads do not fit q8_0/q4_0 blocks of 32)
     q8 = ok(gen(srv, model="tiny-f32", cache_dtype="f32", max_tokens=6, ignore_eos=True))
     assert q8["usage"]["completion_tokens"] == 6
-    assert srv.service.registry.loaded["tiny-f32"].model.backend.cache_dtype == "f32"
+    assert srv.service.registry.loaded["tiny-f32"].model.runtime.cache_dtype == "f32"
     assert_envelope("antfly", gen(srv, model="tiny-f32", cache_dtype="f16", max_tokens=4), 400, "loaded with a f32")
     body = assert_envelope("antfly", gen(srv, cache_dtype="int4", max_tokens=4), 400, "cache_dtype")
     assert "'q4_0'" in body["message"] and "'bf16'" in body["message"]
@@ -110,7 +110,7 @@ def test_prompt_cache_key_goes_back_to_its_slot(srv):
     # the key takes it to alice's slot, which borrows that prefix
     r = ok(gen(srv, messages=[{"role": "user", "content": "world world world"}], max_tokens=2,
                prompt_cache_key="alice"))
-    tiny = srv.service.registry.loaded["tiny"].model.backend
+    tiny = srv.service.registry.loaded["tiny"].model.runtime
     assert "world world world" in tiny.detokenize(eng.slots[home[0]].cache)
     assert r["usage"]["cached_prompt_tokens"] > 8
 
@@ -208,7 +208,7 @@ def test_ctx_size_cache_dtype_and_gpu_layer_flags(tmp_path):
         r = ok(gen(s, messages=[{"role": "user", "content": "hi"}], max_tokens=8, ignore_eos=True,
                    cache_dtype="bf16"))
         assert r["usage"]["completion_tokens"] == 8
-        be = s.service.registry.loaded["tiny"].model.backend
+        be = s.service.registry.loaded["tiny"].model.runtime
         assert (be.n_ctx_seq, be.cache_dtype) == (48, "bf16")
 
 
@@ -225,19 +225,19 @@ def test_host_ram_prompt_cache_restores_an_evicted_conversation():
     spec = make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR)
     g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=2, cache_ram=32 << 20))
     try:
-        tok = g.backend.tokenize
+        tok = g.runtime.tokenize
         a = tok("the other one is here " * 12)
         first = go(g, a, 8, ignore_eos=True).wait()
         for text in ["world hello there " * 10, "in at is " * 12]:  # evict it
             go(g, tok(text), 4, ignore_eos=True).wait()
-        assert not any(s.cache[:len(a)] == a for s in g.engine.slots)
-        assert len(g.engine.host_cache) >= 1
+        assert not any(s.cache[:len(a)] == a for s in g.scheduler.slots)
+        assert len(g.scheduler.host_cache) >= 1
         turn2 = a + first.tokens + tok(" hello world", add_special=False)
         back = go(g, turn2, 12, ignore_eos=True).wait()
         assert back.last.usage.cached_prompt_tokens == len(a) + len(first.tokens) - 1
-        assert g.engine.stats.host_cache_restored_tokens == len(a) + len(first.tokens) - 1
+        assert g.scheduler.stats.host_cache_restored_tokens == len(a) + len(first.tokens) - 1
         fresh(g)  # drops slots and host cache alike
-        assert len(g.engine.host_cache) == 0
+        assert len(g.scheduler.host_cache) == 0
         plain = go(g, turn2, 12, ignore_eos=True).wait()
         assert plain.last.usage.cached_prompt_tokens == 0
         assert back.tokens == plain.tokens

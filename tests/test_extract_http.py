@@ -92,7 +92,7 @@ def test_models_catalog(extract_srv):
 
 def test_inputs_of_one_request_share_forward_passes(extract_srv):
     post(extract_srv, body())  # loaded
-    stats = extract_srv.service.registry.loaded["tiny-gliner"].model.batcher.stats
+    stats = extract_srv.service.registry.loaded["tiny-gliner"].model.scheduler.stats
     b0, i0 = stats.batches, stats.items
     res = post(extract_srv, {**GL, "inputs": [{"content": t} for t in REF["texts"] * 4]})
     assert res.status_code == 200
@@ -102,7 +102,7 @@ def test_inputs_of_one_request_share_forward_passes(extract_srv):
 
 def test_concurrent_requests_share_forward_passes(extract_srv):
     post(extract_srv, body())
-    stats = extract_srv.service.registry.loaded["tiny-gliner"].model.batcher.stats
+    stats = extract_srv.service.registry.loaded["tiny-gliner"].model.scheduler.stats
     b0, i0 = stats.batches, stats.items
     with cf.ThreadPoolExecutor(8) as ex:
         results = list(ex.map(lambda i: post(extract_srv, body(inputs=[{"content": REF["texts"][i % 3]}],
@@ -122,7 +122,7 @@ def test_concurrent_calls_share_forward_passes(extract_srv):
 
     svc = extract_srv.service
     post(extract_srv, body())
-    stats = svc.registry.loaded["tiny-gliner"].model.batcher.stats
+    stats = svc.registry.loaded["tiny-gliner"].model.scheduler.stats
 
     async def many():
         b0 = stats.batches

@@ -82,6 +82,6 @@ def test_a_client_that_leaves_stops_its_generations(extract_srv):
                 "schema": {"structures": {"record": {"fields": FIELDS}}}}
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(extract_srv.url + "/ai/v1/extract", json=body, timeout=0.5)
-        wait_for(lambda: handle.engine.active == 0 and handle.engine.queued == 0, timeout=5)
+        wait_for(lambda: handle.scheduler.active == 0 and handle.scheduler.queued == 0, timeout=5)
     finally:
         undo()

@@ -24,7 +24,7 @@ class Run:
     def __init__(self, g: GeneratorHandle, prompt: list[int], max_tokens: int, **sp):
         self.deltas, self.done, self.first = [], threading.Event(), threading.Event()
         sp.setdefault("temperature", 0.0)
-        self.job = Job(prompt=prompt, sampler=g.backend.make_sampler(SamplingParams(**sp)), max_tokens=max_tokens,
+        self.job = Job(prompt=prompt, sampler=g.runtime.make_sampler(SamplingParams(**sp)), max_tokens=max_tokens,
                        sink=self._sink)
 
     def _sink(self, d):
@@ -48,7 +48,7 @@ class Run:
 
 def go(g, prompt, max_tokens=32, **sp) -> Run:
     r = Run(g, prompt, max_tokens, **sp)
-    g.engine.submit(r.job)
+    g.scheduler.submit(r.job)
     return r
 
 
@@ -64,12 +64,12 @@ def gen():
 
 def fresh(g):
     """Drop every cached prefix, so the next run computes everything itself."""
-    g.engine.call_when_idle(lambda: None).result(10)
+    g.scheduler.call_when_idle(lambda: None).result(10)
 
 
 def prompts(g, n):
     words = ["hello", "world", "the", "other", "one", "is", "here", "there"]
-    return [g.backend.tokenize(" ".join(words[(i + j) % 8] for j in range(3 + 4 * i))) for i in range(n)]
+    return [g.runtime.tokenize(" ".join(words[(i + j) % 8] for j in range(3 + 4 * i))) for i in range(n)]
 
 
 def test_ten_jobs_on_four_slots_equal_each_alone_token_for_token(gen):
@@ -79,21 +79,21 @@ def test_ten_jobs_on_four_slots_equal_each_alone_token_for_token(gen):
         fresh(gen)
         alone.append(go(gen, p, 40, ignore_eos=True).wait().tokens)
     fresh(gen)
-    before = sum(n * c for n, c in gen.engine.batch_sizes.items() if n >= 3)
+    before = sum(n * c for n, c in gen.scheduler.batch_sizes.items() if n >= 3)
     runs = [go(gen, p, 40, ignore_eos=True) for p in ps]
     got = [r.wait().tokens for r in runs]
     for i, (a, b) in enumerate(zip(alone, got)):
         assert a == b, f"sequence {i} differs when batched"
         assert len(b) == 40 and runs[i].last.finish_reason == "length"
-    assert sum(n * c for n, c in gen.engine.batch_sizes.items() if n >= 3) > before  # they did share steps
-    assert gen.engine.active == 0 and gen.engine.queued == 0
+    assert sum(n * c for n, c in gen.scheduler.batch_sizes.items() if n >= 3) > before  # they did share steps
+    assert gen.scheduler.active == 0 and gen.scheduler.queued == 0
 
 
 def test_prefix_of_a_finished_sequence_is_reused_not_recomputed(gen):
     fresh(gen)
-    turn1 = gen.backend.tokenize("the other one is here and there")
+    turn1 = gen.runtime.tokenize("the other one is here and there")
     first = go(gen, turn1, 8).wait()
-    turn2 = turn1 + first.tokens + gen.backend.tokenize(" hello world", add_special=False)
+    turn2 = turn1 + first.tokens + gen.runtime.tokenize(" hello world", add_special=False)
     second = go(gen, turn2, 12).wait()
     # in the cache: turn 1 and the generated tokens but the last one (sampled, never decoded)
     assert second.last.usage.cached_prompt_tokens == len(turn1) + len(first.tokens) - 1
@@ -105,27 +105,27 @@ def test_prefix_of_a_finished_sequence_is_reused_not_recomputed(gen):
 
 def slowed(gen, seconds):
     """Slow each decode step down: the tiny model is too fast to catch a sequence mid-way."""
-    real = gen.backend.decode
+    real = gen.runtime.decode
 
     def decode(entries):
         threading.Event().wait(seconds)
         return real(entries)
 
-    gen.backend.decode = decode
+    gen.runtime.decode = decode
 
 
 def test_prefix_is_borrowed_from_a_live_sequence(gen):
     fresh(gen)
-    base = gen.backend.tokenize("hello world the other one is here " * 3)
+    base = gen.runtime.tokenize("hello world the other one is here " * 3)
     slowed(gen, 0.003)
     try:
         long = go(gen, base, 150, ignore_eos=True)
         assert long.first.wait(10)
-        extra = base + gen.backend.tokenize(" there", add_special=False)
+        extra = base + gen.runtime.tokenize(" there", add_special=False)
         borrowed = go(gen, extra, 10).wait()
         assert not long.done.is_set()  # the donor was still generating
     finally:
-        del gen.backend.decode
+        del gen.runtime.decode
     assert borrowed.last.usage.cached_prompt_tokens == len(base)
     long.wait()
     fresh(gen)
@@ -137,20 +137,20 @@ def test_cancel_stops_generation_and_frees_the_slot(gen):
     fresh(gen)
     slowed(gen, 0.01)
     try:
-        r = go(gen, gen.backend.tokenize("hello"), 200, ignore_eos=True)
+        r = go(gen, gen.runtime.tokenize("hello"), 200, ignore_eos=True)
         assert r.first.wait(10)
-        gen.engine.cancel(r.job)
+        gen.scheduler.cancel(r.job)
         r.wait(5)
     finally:
-        del gen.backend.decode
+        del gen.runtime.decode
     assert r.last.finish_reason == "cancelled" and len(r.tokens) < 50
-    assert gen.engine.active == 0
-    assert go(gen, gen.backend.tokenize("hello"), 4).wait().last.finish_reason == "length"
+    assert gen.scheduler.active == 0
+    assert go(gen, gen.runtime.tokenize("hello"), 4).wait().last.finish_reason == "length"
 
 
 def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
     fresh(gen)
-    real = gen.backend.decode
+    real = gen.runtime.decode
     calls = {"n": 0}
 
     def flaky(entries):  # fail once, on the first step that holds all three sequences
@@ -159,16 +159,16 @@ def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
             raise RuntimeError("simulated device failure")
         return real(entries)
 
-    gen.backend.decode = flaky
+    gen.runtime.decode = flaky
     try:
         gate = threading.Event()
-        gen.engine.call_when_idle(lambda: gate.wait(5))  # hold the worker: the three start together
+        gen.scheduler.call_when_idle(lambda: gate.wait(5))  # hold the worker: the three start together
         runs = [go(gen, p, 30, ignore_eos=True) for p in prompts(gen, 3)]
         gate.set()
         for r in runs:
             r.wait()
     finally:
-        del gen.backend.decode
+        del gen.runtime.decode
     for r in runs:
         assert r.last.error is not None and "simulated device failure" in str(r.last.error)
     ok = go(gen, prompts(gen, 1)[0], 5).wait()
@@ -177,8 +177,8 @@ def test_a_failed_decode_fails_every_held_request_and_the_engine_recovers(gen):
 
 def test_context_end_stops_with_length(gen):
     fresh(gen)
-    p = gen.backend.tokenize("hello world the other one " * 60)[: gen.backend.n_ctx_seq - 10]
-    assert len(p) == gen.backend.n_ctx_seq - 10
+    p = gen.runtime.tokenize("hello world the other one " * 60)[: gen.runtime.n_ctx_seq - 10]
+    assert len(p) == gen.runtime.n_ctx_seq - 10
     r = go(gen, p, 500, ignore_eos=True).wait()
     # 10 positions left: 10 generated tokens fill them, one more is sampled from the last
     assert r.last.finish_reason == "length" and len(r.tokens) == 11

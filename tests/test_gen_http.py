@@ -31,7 +31,7 @@ def oai(srv):
 
 
 def runtime(s, name="tiny"):
-    """The loaded model's handle: .engine (the scheduler) and .backend (llama.cpp)."""
+    """The loaded model's handle: .scheduler (its engine) and .runtime (llama.cpp)."""
     return s.service.registry.loaded[name].model
 
 
@@ -44,7 +44,7 @@ def wait_for(cond, timeout=5.0):
 
 def slow_decode(handle, seconds):
     """Slow every decode step (the tiny model finishes in milliseconds otherwise)."""
-    rt = handle.backend
+    rt = handle.runtime
     real = rt.decode
 
     def decode(entries):
@@ -147,19 +147,19 @@ def test_eight_concurrent_greedy_streams_equal_each_alone(srv):
     alone = []
     for m in msgs:
         if rt is not None:
-            rt.engine.call_when_idle(lambda: None).result(10)  # no cached prefixes: compute everything
+            rt.scheduler.call_when_idle(lambda: None).result(10)  # no cached prefixes: compute everything
         alone.append(asyncio.run(one(m)))
         rt = runtime(srv)
     # Hold the worker (it also drops cached prefixes) until all 8 requests are queued, so they
     # really decode together: the tiny model would otherwise finish one before the next arrives.
     gate = threading.Event()
-    rt.engine.call_when_idle(lambda: gate.wait(10))
-    threading.Thread(target=lambda: (wait_for(lambda: rt.engine.queued == 8, 10), gate.set())).start()
-    before = rt.engine.batch_sizes[8]
+    rt.scheduler.call_when_idle(lambda: gate.wait(10))
+    threading.Thread(target=lambda: (wait_for(lambda: rt.scheduler.queued == 8, 10), gate.set())).start()
+    before = rt.scheduler.batch_sizes[8]
     together = asyncio.run(all_at_once())
     assert together == alone
     assert all(len(t) > 20 for t in together)
-    assert rt.engine.batch_sizes[8] >= before + 60  # one decode per step for all eight
+    assert rt.scheduler.batch_sizes[8] >= before + 60  # one decode per step for all eight
 
 
 def test_multi_turn_chat_reuses_the_history(oai):
@@ -298,10 +298,10 @@ def test_disconnect_mid_stream_frees_the_slot():
                 it = r.iter_lines()
                 got = [next(it) for _ in range(6)]  # a few chunks, then hang up
             assert any("content" in x for x in got)
-            wait_for(lambda: rt.engine.active == 0, 3)  # the sequence stopped at once
-            cache = len(rt.engine.slots[0].cache)
+            wait_for(lambda: rt.scheduler.active == 0, 3)  # the sequence stopped at once
+            cache = len(rt.scheduler.slots[0].cache)
             time.sleep(0.2)
-            assert len(rt.engine.slots[0].cache) == cache  # and nothing more is generated for nobody
+            assert len(rt.scheduler.slots[0].cache) == cache  # and nothing more is generated for nobody
             assert cache < 100
             wait_for(lambda: s.service.admission.in_flight == 0, 3)
             # the only slot is free again: the next request runs
@@ -310,7 +310,7 @@ def test_disconnect_mid_stream_frees_the_slot():
             # a non-streamed request whose client gives up is cancelled too
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(s.url + "/v1/chat/completions", json={**body, "stream": False}, timeout=0.5)
-            wait_for(lambda: rt.engine.active == 0, 3)
+            wait_for(lambda: rt.scheduler.active == 0, 3)
         finally:
             undo()
 
@@ -334,7 +334,7 @@ def test_stop_route_cancels_streams_of_one_model_or_all():
                        (("tiny", "a"), ("tiny2", "b"))]
             for t in threads:
                 t.start()
-            wait_for(lambda: runtime(s, "tiny").engine.active == 1 and runtime(s, "tiny2").engine.active == 1)
+            wait_for(lambda: runtime(s, "tiny").scheduler.active == 1 and runtime(s, "tiny2").scheduler.active == 1)
             assert c.post("/stop", json={"model": "tiny"}).json()["stopped"] == 1
             threads[0].join(5)
             assert results["a"][-1]["done_reason"] == "cancelled" and results["a"][-1]["eval_count"] < 200
@@ -368,7 +368,7 @@ def test_admission_slot_is_held_for_the_whole_stream():
 def test_failure_after_the_stream_started_is_an_error_frame():
     with serve(models=[f"tiny={TINY}"], threads=1) as s:
         httpx.post(s.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 1})
-        rt = runtime(s).backend
+        rt = runtime(s).runtime
         real, calls = rt.decode, {"n": 0}
 
         def flaky(entries):

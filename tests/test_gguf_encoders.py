@@ -70,7 +70,7 @@ def test_gguf_reranker_scores_equal_llama_cpp(srv, models):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert len({round(s, 4) for s in got}) == len(DOCS)  # the head sees the document: scores differ
     # the four pairs go through the batcher together, as one batch (one llama.cpp decode)
-    stats = srv.service.registry.loaded["tiny-bert-rank"].model.batcher.stats
+    stats = srv.service.registry.loaded["tiny-bert-rank"].model.scheduler.stats
     before = (stats.batches, stats.items)
     again = httpx.post(srv.url + "/ai/v1/rerank", json={"model": "tiny-bert-rank", "query": QUERY, "prompts": DOCS},
                        timeout=60).json()

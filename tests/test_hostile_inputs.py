@@ -170,11 +170,19 @@ def test_slots_fail_on_no_slot_is_503_only_when_every_slot_is_busy(extract_srv):
     assert 503 in seen
 
 
-def test_admin_load_of_the_builtin_chunker_is_a_400(bare_srv):
-    r = httpx.post(bare_srv.url + "/admin/models/load", json={"model": "fixed"})
+@pytest.mark.parametrize("path", ["/admin/models/load", "/models/load"])
+def test_load_of_the_builtin_chunker_is_a_400(bare_srv, path):
+    r = httpx.post(bare_srv.url + path, json={"model": "fixed"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_supported", r.text
-    r = httpx.post(bare_srv.url + "/admin/models/load", json={"model": "ghost"})
+    r = httpx.post(bare_srv.url + path, json={"model": "ghost"})
     assert r.status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/admin/models/unload", "/models/unload"])
+def test_unload_paths_answer_alike(bare_srv, path):
+    assert httpx.post(bare_srv.url + path, json={"model": "ghost"}).status_code == 404
+    r = httpx.post(bare_srv.url + path, json={"model": "fixed"})  # served, never loaded
+    assert r.json() == {"success": True, "model": "fixed", "was_loaded": False, "unloaded": False}, r.text
 
 
 def test_encoder_passes_of_one_request_are_bounded(extract_srv, monkeypatch):  # noqa: F811

@@ -134,7 +134,7 @@ def test_concurrent_image_requests_share_batches(srv):
 
     # Three requests' images waiting together go through the model in ONE forward pass.
     handle = srv.service.registry.loaded["clip-tiny"].model
-    rt, batcher = handle.encoder, handle.batcher
+    rt, batcher = handle.runtime, handle.scheduler
     items = [rt.prepare_image(np.asarray(im)) for im in IMAGES]
 
     async def three_requests():

@@ -137,7 +137,7 @@ def test_fail_on_no_slot(srv):
         for t in threads:
             t.start()
         deadline = time.monotonic() + 20
-        while handle.engine.active < 2:
+        while handle.scheduler.active < 2:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         r = httpx.get(srv.url + "/slots?model=tiny&fail_on_no_slot=1")

@@ -284,13 +284,13 @@ def test_stream_several_prompts_interleave_by_index(http):
 def test_disconnect_cancels_and_pinned_slots_wait(srv, http):
     complete(http, prompt="load", n_predict=1)
     handle = srv.service.registry.loaded["tiny"].model
-    real = handle.backend.decode
+    real = handle.runtime.decode
 
     def slow(entries):
         time.sleep(0.05)
         return real(entries)
 
-    handle.backend.decode = slow
+    handle.runtime.decode = slow
     try:
         with http.stream("POST", "/completion", json={"prompt": "hello", "n_predict": 200, "stream": True,
                                                        "ignore_eos": True}) as r:
@@ -310,7 +310,7 @@ def test_disconnect_cancels_and_pinned_slots_wait(srv, http):
                     for i in range(2)]
             assert [f.result()["id_slot"] for f in futs] == [1, 1]
     finally:
-        handle.backend.__dict__.pop("decode", None)
+        handle.runtime.__dict__.pop("decode", None)
 
 
 @pytest.mark.parametrize("body, param", [

@@ -94,7 +94,7 @@ def test_switch_waits_for_active_requests_and_holds_later_ones(srv):
         first = threading.Thread(target=run, args=("first", lambda: greedy(srv, n=20)))
         started = time.monotonic()
         first.start()
-        wait_until(lambda: rt.engine.active == 1)  # the first request is generating
+        wait_until(lambda: rt.scheduler.active == 1)  # the first request is generating
         switch = threading.Thread(target=run, args=("switch", lambda: set_lora(srv, model="tiny", name="style")))
         switch.start()
         time.sleep(0.2)

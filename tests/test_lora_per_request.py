@@ -142,13 +142,13 @@ def test_two_adapter_sets_stream_at_once_and_both_progress(srv):
     a_set, b_set = [{"id": style, "scale": 1.0}], [{"id": folded, "scale": 0.5}]
     alone_a, alone_b = completion(srv, n=40, lora=a_set), completion(srv, n=40, lora=b_set)
     handle = srv.service.registry.loaded["tiny"].model
-    slices, switches = handle.engine.lora_slices, handle.engine.lora_slices.switches
+    slices, switches = handle.scheduler.lora_slices, handle.scheduler.lora_slices.switches
     restore = slow_decode(handle, 0.05)  # A: 40 steps, longer than the longest slice (1 s)
     got: dict = {}
     try:
         ta = threading.Thread(target=stream_tokens, args=(srv, a_set, 40, got, "a"))
         ta.start()
-        wait_until(lambda: handle.engine.active > 0)  # A is admitted and generating
+        wait_until(lambda: handle.scheduler.active > 0)  # A is admitted and generating
         time.sleep(0.2)
         tb = threading.Thread(target=stream_tokens, args=(srv, b_set, 40, got, "b"))
         tb.start()
@@ -177,7 +177,7 @@ def test_a_request_with_its_own_set_does_not_wait_for_a_default_switch(srv):
     try:
         first = threading.Thread(target=run, args=("first", lambda: ollama(srv, n=30)))
         first.start()
-        wait_until(lambda: handle.engine.active > 0)
+        wait_until(lambda: handle.scheduler.active > 0)
         switch = threading.Thread(target=run, args=("switch", lambda: set_lora(srv, model="tiny", name="style")))
         switch.start()
         time.sleep(0.2)  # the switch waits for `first`

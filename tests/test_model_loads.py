@@ -229,7 +229,7 @@ def test_a_cancelled_lora_switch_never_leaves_name_and_weights_apart(tmp_path):
         assert adapted != base and greedy(s.url) == base
         handle = s.service.registry.loaded["tiny"].model
         gate = threading.Event()
-        handle.engine.call_when_idle(lambda: gate.wait(10))  # the switch must wait behind this
+        handle.scheduler.call_when_idle(lambda: gate.wait(10))  # the switch must wait behind this
 
         async def cancelled_switch():
             task = asyncio.ensure_future(s.service.set_lora("tiny", "style"))
@@ -253,7 +253,7 @@ def test_a_batch_holds_admission_for_every_item_it_puts_on_the_engine():
         greedy(s.url, 1)  # loaded
         handle = s.service.registry.loaded["tiny"].model
         gate = threading.Event()
-        handle.engine.call_when_idle(lambda: gate.wait(10))  # hold the engine while we look
+        handle.scheduler.call_when_idle(lambda: gate.wait(10))  # hold the engine while we look
         items = [{"custom_id": f"r{i}", "body": {"model": "tiny", "messages": HI, "max_tokens": 2}}
                  for i in range(6)]
         done: dict = {}

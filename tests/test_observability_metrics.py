@@ -191,3 +191,23 @@ def test_slots_show_prompts(tmp_path):
         used = [x for x in slots if x["tokens_cached"]]
         assert len(used) == 1 and "The quick brown fox" in used[0]["prompt"]
         assert json.loads(json.dumps(slots))[1 - slots.index(used[0])]["prompt"] == ""
+
+
+def test_a_request_is_counted_once_and_both_request_families_are_views_of_it():
+    """Issue 28: inferd_requests_total (per route) and inferd_model_requests_total (per model)
+    come from one record per request (Metrics.observe_request); the Observer keeps no count."""
+    from inferd.metrics import Metrics
+    from inferd.observability.observer import Observer
+    from inferd.scheduling.admission import Admission
+
+    m = Metrics()
+    obs = Observer(registry=type("R", (), {"loaded": {}, "specs": {}})(), admission=Admission(4, 4, 1.0), metrics=m)
+    m.observe_request("POST", "/v1/embeddings", 200, 0.25, "tiny-embed", "openai")
+    m.observe_request("GET", "/v1/models", 200, 0.01)  # no model: per route only
+    text = m.render({}) + obs.render()
+    route = parse_metrics(text)
+    assert metric(route, "inferd_requests_total", method="POST", route="/v1/embeddings", status="200") == 1
+    assert metric(route, "inferd_requests_total", method="GET", route="/v1/models", status="200") == 1
+    assert metric(route, "inferd_model_requests_total", model="tiny-embed", family="openai", status="200") == 1
+    assert metric(route, "inferd_request_duration_seconds_count", model="tiny-embed", family="openai") == 1
+    assert not hasattr(obs, "requests") and not hasattr(obs, "request")

@@ -205,7 +205,8 @@ def test_pull_hf_model_with_progress_then_chat_and_load_control(world):
     assert "tokenizer.ggml.tokens" not in info.modelinfo
     # load control
     r = httpx.post(s.url + "/models/unload", json={"model": name})
-    assert r.json() == {"success": True, "model": name, "was_loaded": True}
+    # one answer for /models/unload and /admin/models/unload: llama-server's fields and the console's
+    assert r.json() == {"success": True, "model": name, "was_loaded": True, "unloaded": True}
     assert name not in [m.model for m in c.ps().models]
     r = httpx.post(s.url + "/models/load", json={"model": name})
     assert r.status_code == 200 and r.json()["success"] is True

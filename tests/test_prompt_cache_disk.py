@@ -38,7 +38,7 @@ def load(path: Path, cache_dir: Path, size: int = 256 << 20, **kw):
 def run(g, prompt, n=8, key=None):
     r = Run(g, prompt, n, ignore_eos=True)
     r.job.cache_key = key
-    g.engine.submit(r.job)
+    g.scheduler.submit(r.job)
     return r.wait(120)
 
 
@@ -50,7 +50,7 @@ def saved_then_reloaded(model: Path, cache: Path):
     """Run one prompt on a fresh load, close it (the writer flushes), return (prompt, tokens)."""
     g = load(model, cache)
     try:
-        prompt = g.backend.tokenize(TEXT)
+        prompt = g.runtime.tokenize(TEXT)
         first = run(g, prompt)
     finally:
         g.close()
@@ -84,10 +84,10 @@ def test_restored_turn_equals_a_cold_run_token_for_token(tmp_path):
     prompt, answer = saved_then_reloaded(GGUF / "tiny-llama.gguf", cache)
     g = load(GGUF / "tiny-llama.gguf", cache)
     try:
-        turn2 = prompt + answer[:-1] + g.backend.tokenize(" hello world", add_special=False)
+        turn2 = prompt + answer[:-1] + g.runtime.tokenize(" hello world", add_special=False)
         warm = run(g, turn2, 12)
         assert warm.last.usage.cached_prompt_tokens == len(prompt) + len(answer) - 1
-        assert g.engine.disk_cache.hits == 1
+        assert g.scheduler.disk_cache.hits == 1
     finally:
         g.close()
     cold_g = load(GGUF / "tiny-llama.gguf", tmp_path / "empty")
@@ -134,9 +134,9 @@ def test_a_broken_entry_is_deleted_never_loaded(tmp_path, damage):
         again = run(g, prompt)
         assert again.last.usage.cached_prompt_tokens == 0
         assert again.tokens == first
-        assert g.engine.disk_cache.hits == 0
-        assert g.engine.disk_cache.bad_files == 1
-        g.engine.disk_cache.flush()
+        assert g.scheduler.disk_cache.hits == 0
+        assert g.scheduler.disk_cache.bad_files == 1
+        g.scheduler.disk_cache.flush()
         assert p not in entries(cache) or read_meta(p).tokens != tuple(prompt)  # deleted (maybe rewritten whole)
     finally:
         g.close()
@@ -154,9 +154,9 @@ def test_a_replaced_model_file_makes_its_entries_stale(tmp_path):
     g = load(model, cache)
     try:
         assert not old.exists()
-        assert g.engine.disk_cache.stale_files == 1
-        assert len(g.engine.disk_cache) == 0
-        r = run(g, g.backend.tokenize(TEXT))
+        assert g.scheduler.disk_cache.stale_files == 1
+        assert len(g.scheduler.disk_cache) == 0
+        r = run(g, g.runtime.tokenize(TEXT))
         assert r.last.usage.cached_prompt_tokens == 0
     finally:
         g.close()
@@ -172,7 +172,7 @@ def test_one_key_on_two_models_does_not_collide(tmp_path):
     for path in (a_path, GGUF / "tiny-llama.gguf"):
         g = load(path, cache)
         try:
-            prompt = g.backend.tokenize(TEXT)
+            prompt = g.runtime.tokenize(TEXT)
             outs[path] = run(g, prompt, key="shared").tokens
         finally:
             g.close()
@@ -181,7 +181,7 @@ def test_one_key_on_two_models_does_not_collide(tmp_path):
     assert {read_meta(p).key for p in files} == {"shared"}
     g = load(a_path, cache)
     try:
-        assert len(g.engine.disk_cache) == 1  # its own only
+        assert len(g.scheduler.disk_cache) == 1  # its own only
         r = run(g, prompt, key="shared")
         assert r.last.usage.cached_prompt_tokens == len(prompt) - 1
         assert r.tokens == outs[a_path]
@@ -189,7 +189,7 @@ def test_one_key_on_two_models_does_not_collide(tmp_path):
         g.close()
     g = load(a_path, cache, n_ctx=1024)  # another context size: nothing of the others is loaded
     try:
-        assert len(g.engine.disk_cache) == 0
+        assert len(g.scheduler.disk_cache) == 0
         assert run(g, prompt, key="shared").last.usage.cached_prompt_tokens == 0
     finally:
         g.close()
@@ -311,13 +311,13 @@ def test_gemma_sliding_window_second_turn_reuses_and_equals_cold(tmp_path):
     path, cache = gemma_270m_path(), tmp_path / "cache"
     g = load(path, cache)
     try:
-        prompt = g.backend.tokenize("A long story about a lighthouse keeper and the sea. " * 60)
+        prompt = g.runtime.tokenize("A long story about a lighthouse keeper and the sea. " * 60)
         assert len(prompt) > 600  # past the 512-token window
         first = run(g, prompt, 16)
-        turn2 = prompt + first.tokens[:-1] + g.backend.tokenize(" And then the storm came.", add_special=False)
+        turn2 = prompt + first.tokens[:-1] + g.runtime.tokenize(" And then the storm came.", add_special=False)
         warm = run(g, turn2, 16)
         assert warm.last.usage.cached_prompt_tokens == len(prompt) + len(first.tokens) - 1
-        assert g.engine.stats.prompt_cache_refused == 0
+        assert g.scheduler.stats.prompt_cache_refused == 0
     finally:
         g.close()
     g = load(path, cache)  # restart: from disk
@@ -326,8 +326,8 @@ def test_gemma_sliding_window_second_turn_reuses_and_equals_cold(tmp_path):
         # the second turn's own prompt checkpoint, resumed at its last token (a state of a SWA
         # model cannot be cut back further: llama.cpp saved only the window's cells)
         assert disk.last.usage.cached_prompt_tokens == len(turn2) - 1
-        assert g.engine.stats.prompt_cache_refused == 0
-        assert g.engine.stats.disk_cache_restored_tokens == disk.last.usage.cached_prompt_tokens
+        assert g.scheduler.stats.prompt_cache_refused == 0
+        assert g.scheduler.stats.disk_cache_restored_tokens == disk.last.usage.cached_prompt_tokens
     finally:
         g.close()
     g = load(path, tmp_path / "empty")
@@ -356,31 +356,31 @@ def test_gemma_host_cache_state_cut_past_the_window_is_refused_not_misused(tmp_p
     g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=1, n_ctx=2048,
                                                                     cache_ram=256 << 20))
     try:
-        tok = g.backend.tokenize
+        tok = g.runtime.tokenize
         a = tok("A long story about a lighthouse keeper and the sea. " * 60)
         run(g, a, 2)
         run(g, tok("Something else entirely, about mountains. " * 8), 2)  # evicts `a` to host RAM
-        assert len(g.engine.host_cache) == 1
+        assert len(g.scheduler.host_cache) == 1
         b = a[:300] + tok(" But the keeper was tired.", add_special=False)
         cut = run(g, b, 12)
         assert cut.last.usage.cached_prompt_tokens == 1  # BOS, from the slot's live sequence only
-        assert g.engine.stats.host_cache_restored_tokens == 0  # not even loaded: it could not be resumed
-        g.engine.call_when_idle(lambda: None).result(30)  # drop every cache
+        assert g.scheduler.stats.host_cache_restored_tokens == 0  # not even loaded: it could not be resumed
+        g.scheduler.call_when_idle(lambda: None).result(30)  # drop every cache
         cold = run(g, b, 12)
         assert cold.last.usage.cached_prompt_tokens == 0
         assert cut.tokens == cold.tokens
         run(g, a, 2)
-        n = len(g.engine.slots[0].cache)
+        n = len(g.scheduler.slots[0].cache)
         assert n > 512
 
         def probe():  # the guard itself: a restored state resumes at its end, not 300 tokens in
-            be = g.backend
+            be = g.runtime
             data = be.seq_state(0)
             be.seq_rm(0, -1, -1)
             assert be.set_seq_state(0, data)
             return be.reusable(0, n), be.reusable(0, n - 1), be.reusable(0, 300)
 
-        assert g.engine.call_when_idle(probe, reset_cache=False).result(30) == (True, True, False)
+        assert g.scheduler.call_when_idle(probe, reset_cache=False).result(30) == (True, True, False)
     finally:
         g.close()
 
@@ -396,21 +396,21 @@ def test_states_under_a_lora_never_reach_the_disk_tier(tmp_path):
     cache = tmp_path / "cache"
     g = load(GGUF / "tiny-llama.gguf", cache)
     try:
-        prompt = g.backend.tokenize(TEXT)
+        prompt = g.runtime.tokenize(TEXT)
         asyncio.run(g.set_lora("l", ((str(LORA), 1.0),)))
         with_lora = run(g, prompt)
-        g.engine.disk_cache.flush()
+        g.scheduler.disk_cache.flush()
         assert not list(cache.glob("**/*.kv"))  # nothing written under the adapter
         asyncio.run(g.set_lora(None, ()))
         base = run(g, prompt)
-        assert base.last.usage.cached_prompt_tokens == 0 and g.engine.disk_cache.hits == 0
+        assert base.last.usage.cached_prompt_tokens == 0 and g.scheduler.disk_cache.hits == 0
         assert base.tokens != with_lora.tokens
     finally:
         g.close()
     g = load(GGUF / "tiny-llama.gguf", cache)  # a restart: the base state comes back from disk
     try:
         again = run(g, prompt)
-        assert again.last.usage.cached_prompt_tokens == len(prompt) - 1 and g.engine.disk_cache.hits == 1
+        assert again.last.usage.cached_prompt_tokens == len(prompt) - 1 and g.scheduler.disk_cache.hits == 1
         assert again.tokens == base.tokens
     finally:
         g.close()

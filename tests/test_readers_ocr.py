@@ -81,7 +81,7 @@ def test_concurrent_requests_share_batches(srv):
     assert texts == INVOICE
 
     # Images of three requests waiting together are read as ONE batch (one recognition round).
-    batcher = srv.service.registry.loaded["pp-ocr"].model.batcher
+    batcher = srv.service.registry.loaded["pp-ocr"].model.scheduler
     items = [ReadItem(np.asarray(render([line], pad=30))) for line in INVOICE[1:]]
 
     async def three_requests():

@@ -203,8 +203,8 @@ def test_per_item_errors(srv):
 def test_lmqg_style_prompt_passes_through(srv):
     """`generate question: <hl> answer <hl> context`: <hl> is one special token of the tokenizer."""
     h = srv.call(_load(srv, "t5-antfly"))
-    enc = h.rewriter.prepare([T5["inputs"][0]])[0]
-    hl = h.rewriter.tokenizer.tok.token_to_id("<hl>")
+    enc = h.runtime.prepare([T5["inputs"][0]])[0]
+    hl = h.runtime.tokenizer.tok.token_to_id("<hl>")
     assert list(enc.ids).count(hl) == 2
     r = post(srv, {"model": "t5-antfly", "inputs": [T5["inputs"][0]]}).json()
     assert r["data"][0]["texts"] == T5["cases"]["greedy"]["texts"][0]
@@ -355,7 +355,7 @@ def test_a_large_request_is_split_into_cohorts_within_the_memory_budget(srv):
 def test_ct2_decoding_stops_when_the_client_leaves(srv):
     post(srv, {"model": "t5-ct2", "inputs": ["warm up"]})
     h = handle(srv, "t5-ct2")
-    backend = h.rewriter.backend
+    backend = h.runtime.backend
     before, dropped = backend.stopped, h.stats.cancelled
     # T5 input 3 never emits </s>: 128 x 1024 greedy tokens would take seconds
     body = {"model": "t5-ct2", "inputs": [T5["inputs"][3]] * 128, "max_tokens": 1024}

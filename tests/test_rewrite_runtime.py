@@ -61,11 +61,11 @@ def test_quantized_variants_are_preferred(tmp_path):
     spec = make_spec("t5q", d, "cli", ModelKind.REWRITER)
     h = load_rewriter(spec)
     try:
-        assert h.rewriter.backend.graph_paths["past"].endswith("decoder_with_past_model_quantized.onnx")
-        enc = h.rewriter.prepare(T5["inputs"][:1])[0]
-        hidden, mask = h.rewriter.backend.encode([enc.ids], 0)
-        logits, _ = h.rewriter.backend.first(np.array([0]), hidden, mask)
-        assert logits.shape == (1, h.rewriter.vocab_size) and np.isfinite(logits).all()
+        assert h.runtime.backend.graph_paths["past"].endswith("decoder_with_past_model_quantized.onnx")
+        enc = h.runtime.prepare(T5["inputs"][:1])[0]
+        hidden, mask = h.runtime.backend.encode([enc.ids], 0)
+        logits, _ = h.runtime.backend.first(np.array([0]), hidden, mask)
+        assert logits.shape == (1, h.runtime.vocab_size) and np.isfinite(logits).all()
     finally:
         h.close()
 
@@ -109,7 +109,7 @@ def test_request_options_are_checked_against_the_model():
     spec = make_spec("t5", S2S / "tiny-bart-antfly", "cli", ModelKind.REWRITER)
     h = load_rewriter(spec)
     try:
-        rw = h.rewriter
+        rw = h.runtime
         p = rw.params(RewriteOptions())
         assert (p.num_beams, p.max_length, p.length_penalty, p.no_repeat_ngram_size, p.forced_bos, p.forced_eos) == \
             (1, 18, 2.0, 3, 0, 2)

@@ -31,13 +31,13 @@ def gen():
 @pytest.fixture(scope="module")
 def draft(gen):
     spec = make_spec("tiny-draft", GGUF / "tiny-llama-draft.gguf", "cli", ModelKind.GENERATOR)
-    return gen.engine.drafters.get(spec.name, lambda: gen.make_draft(spec))
+    return gen.scheduler.drafters.get(spec.name, lambda: gen.make_draft(spec))
 
 
 def run(g, prompt, max_tokens, spec=None, **sp):
     r = Run(g, prompt, max_tokens, **sp)
     r.job.speculation = spec
-    g.engine.submit(r.job)
+    g.scheduler.submit(r.job)
     return r
 
 
@@ -45,7 +45,7 @@ def repetitive(g, i=0):
     """A prompt whose continuation the n-gram drafter can find in it: a passage said twice."""
     words = ["hello", "world", "the", "other", "one", "is", "here", "there", "at", "in"]
     passage = " ".join(words[(i + j * 3) % 10] for j in range(24))
-    return g.backend.tokenize(passage + "\n" + passage + "\n" + passage)
+    return g.runtime.tokenize(passage + "\n" + passage + "\n" + passage)
 
 
 def test_ngram_lookup_finds_the_latest_earlier_occurrence():
@@ -62,11 +62,11 @@ def test_ngram_speculation_gives_plain_decoding_tokens(gen, sampling):
     plain = run(gen, p, 48, ignore_eos=True, **sampling).wait().tokens
     fresh(gen)
     sp = Speculation(NGRAM, policy="on", k=6)
-    before = gen.engine.stats.drafted_tokens
+    before = gen.scheduler.stats.drafted_tokens
     spec = run(gen, p, 48, sp, ignore_eos=True, **sampling).wait().tokens
     assert spec == plain
     assert len(plain) == 48
-    assert sp.drafted > 0 and gen.engine.stats.drafted_tokens - before == sp.drafted
+    assert sp.drafted > 0 and gen.scheduler.stats.drafted_tokens - before == sp.drafted
     if not sampling.get("seed"):
         assert sp.accepted > 0, "greedy output of a repeated passage repeats: drafts should be accepted"
 
@@ -84,7 +84,7 @@ def test_draft_model_speculation_in_one_batch_equals_each_alone(gen, draft):
     assert got == alone
     assert sum(s.drafted for s in specs) > 0
     assert sum(s.accepted for s in specs) > 0, "the one-layer draft shares the target's first layer"
-    assert max(gen.engine.batch_sizes) >= 2  # sequences were verified together
+    assert max(gen.scheduler.batch_sizes) >= 2  # sequences were verified together
 
 
 def test_rejected_drafts_leave_the_kv_cache(gen, draft):
@@ -130,7 +130,7 @@ def test_a_job_that_ends_inside_a_verify_step_reports_that_steps_drafts(gen):
         at_finish: list[dict] = []
         sink = r._sink
         r.job.sink = lambda d, sink=sink: (d.finish_reason and at_finish.append(sp.report()), sink(d))
-        gen.engine.submit(r.job)
+        gen.scheduler.submit(r.job)
         r.wait()
         assert len(r.tokens) == max_tokens and sp.drafted > 0
         assert at_finish[0]["drafted_tokens"] == sp.drafted, max_tokens

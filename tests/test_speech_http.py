@@ -227,10 +227,10 @@ def test_a_client_that_leaves_stops_costing_windows(tmp_path):
                     break  # the first window is decoded: leave (closing the connection)
         handle = s.service.registry.loaded["tiny-random"].model
         deadline = time.time() + 60
-        while handle.queue.busy or s.service.admission.in_flight:
+        while handle.scheduler.busy or s.service.admission.in_flight:
             assert time.time() < deadline
             time.sleep(0.1)
-        stats = handle.queue.stats
+        stats = handle.scheduler.stats
         assert stats.cancelled >= 1 and stats.windows >= 1
         assert stats.windows + stats.cancelled >= 8  # every window either ran or was dropped
 

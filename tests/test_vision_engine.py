@@ -36,13 +36,13 @@ def vlm(tmp_path_factory):
     assert "vision" in spec.capabilities and spec.manifest["mmproj"] == "mmproj-tiny.gguf"
     h = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=4))
     calls = {"media": 0}
-    real = h.backend.decode_media
+    real = h.runtime.decode_media
 
     def counting(*a, **kw):
         calls["media"] += 1
         return real(*a, **kw)
 
-    h.backend.decode_media = counting
+    h.runtime.decode_media = counting
     h.calls = calls
     yield h
     h.close()
@@ -51,13 +51,13 @@ def vlm(tmp_path_factory):
 class Run:
     def __init__(self, h, text: str, images: list[Image], max_tokens: int = 12):
         if images:
-            ids, media = h.backend.tokenize_multimodal(text, images)
+            ids, media = h.runtime.tokenize_multimodal(text, images)
         else:
-            ids, media = h.backend.tokenize(text, True, True), {}
+            ids, media = h.runtime.tokenize(text, True, True), {}
         self.deltas, self.done = [], threading.Event()
-        self.job = Job(prompt=ids, sampler=h.backend.make_sampler(SamplingParams(temperature=0.0, ignore_eos=True)),
+        self.job = Job(prompt=ids, sampler=h.runtime.make_sampler(SamplingParams(temperature=0.0, ignore_eos=True)),
                        max_tokens=max_tokens, sink=self._sink, media=media)
-        h.engine.submit(self.job)
+        h.scheduler.submit(self.job)
 
     def _sink(self, d):
         self.deltas.append(d)
@@ -79,11 +79,11 @@ class Run:
 
 
 def prompt(h, question="what is in the picture?"):
-    return f"<|im_start|>user\n{h.backend.media_marker}\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    return f"<|im_start|>user\n{h.runtime.media_marker}\n{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def fresh(h):
-    h.engine.call_when_idle(lambda: None).result(10)
+    h.scheduler.call_when_idle(lambda: None).result(10)
 
 
 def test_an_image_reaches_the_model_deterministically(vlm):
@@ -98,7 +98,7 @@ def test_an_image_reaches_the_model_deterministically(vlm):
 
 
 def test_the_prompt_carries_a_placeholder_span_per_image(vlm):
-    ids, media = vlm.backend.tokenize_multimodal(prompt(vlm) + vlm.backend.media_marker, [image(1), image(2)])
+    ids, media = vlm.runtime.tokenize_multimodal(prompt(vlm) + vlm.runtime.media_marker, [image(1), image(2)])
     try:
         assert len(media) == 2
         for start, chunk in media.items():
@@ -119,7 +119,7 @@ def test_a_follow_up_turn_reuses_the_cached_image(vlm):
     follow = prompt(vlm) + "ok<|im_end|>\n<|im_start|>user\nand?<|im_end|>\n"
     second = Run(vlm, follow, [image(3)], max_tokens=4).wait()
     assert vlm.calls["media"] == encodes  # the image was not encoded again
-    head = len(vlm.backend.tokenize_multimodal(prompt(vlm), [image(3)])[0])
+    head = len(vlm.runtime.tokenize_multimodal(prompt(vlm), [image(3)])[0])
     assert second.usage.cached_prompt_tokens >= head - 1  # its span (and the text before it) came from the cache
     assert first.usage.cached_prompt_tokens == 0
 

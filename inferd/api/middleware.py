@@ -17,6 +17,7 @@ from inferd.api.errors import error_response, family_of
 from inferd.errors import InferdError, InvalidInput, PayloadTooLarge, Unauthorized
 from inferd.logs import request_id
 from inferd.metrics import Metrics
+from inferd.observability.context import SCOPE_KEY
 from inferd.service.reading import MAX_IMAGES as MAX_READ_IMAGES
 
 log = logging.getLogger("inferd.access")
@@ -52,7 +53,9 @@ class RequestContext:
         finally:
             dt = time.perf_counter() - t0
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.observe_request(scope["method"], route, status, dt)
+            info = scope.get(SCOPE_KEY)  # the Observe middleware's: the model the request used, if any
+            self.metrics.observe_request(scope["method"], route, status, dt, getattr(info, "model", None),
+                                         getattr(info, "family", None))
             log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, dt * 1000,
                      extra={"method": scope["method"], "path": scope["path"], "status": status,
                             "duration_ms": round(dt * 1000, 2)})

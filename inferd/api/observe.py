@@ -1,7 +1,7 @@
-"""Observability routes and middleware: /load, /slots, /admin/drain, /admin/models/{load,unload},
-and `Observe`, which gives every request its RequestInfo (observability/context.py), adds
-the timing headers, counts the request per model, writes its trace, and refuses new work
-with 503 + Retry-After while the server drains."""
+"""Observability routes and middleware: /load, /slots, /admin/drain, /admin/models,
+and `Observe`, which gives every request its RequestInfo (observability/context.py; left in
+the scope, where RequestContext counts the request once, with its model), adds the timing
+headers, writes its trace, and refuses new work with 503 + Retry-After while the server drains."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import time
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.api.deps import get_service
 from inferd.api.errors import LLAMACPP_PATHS, error_response, family_of
 from inferd.errors import Overloaded
 from inferd.models import ModelKind
-from inferd.observability.context import RequestInfo, begin, end
+from inferd.observability.context import SCOPE_KEY, RequestInfo, begin, end
 from inferd.observability.observer import Observer
 from inferd.service import InferenceService
 
@@ -66,9 +65,9 @@ class Observe:
                              drain.retry_after_s() * 1000)
             return await error_response(err, family_of(path))(scope, receive, send)
         info = RequestInfo(family=route_family(path))
+        scope[SCOPE_KEY] = info  # in place: RequestContext counts the request with its model
         token = begin(info)
         status = 500
-        t0 = time.perf_counter()
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -93,9 +92,6 @@ class Observe:
             if not exempt:
                 drain.leave()
             end(token)
-            dt = time.perf_counter() - t0
-            if info.model:
-                obs.request(info.model, info.family, status, dt)
             tracer = getattr(obs, "tracer", None)
             if tracer is not None and not exempt:
                 route = getattr(scope.get("route"), "path", None) or path
@@ -130,24 +126,6 @@ async def drain(svc: InferenceService = Depends(get_service)) -> dict:
     d = observer_of(svc).drain
     started = d.begin()
     return {"status": "draining", "started": started, "in_flight": d.active, "timeout_s": d.timeout}
-
-
-class ModelRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str
-
-
-@router.post("/admin/models/load")
-async def load_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
-    """Load any served model now (the console's Load button); it then idles out by keep-alive."""
-    await svc.load_model(body.model)
-    return {"model": body.model, "loaded": True}
-
-
-@router.post("/admin/models/unload")
-async def unload_model(body: ModelRef, svc: InferenceService = Depends(get_service)) -> dict:
-    """Unload now (a busy model goes when its last request ends): Ollama's keep_alive 0, for any kind."""
-    return {"model": body.model, "unloaded": await svc.unload_model(body.model)}
 
 
 async def health_response(request: Request, body: dict) -> JSONResponse | dict:

@@ -17,6 +17,7 @@ from ray import serve
 
 from inferd.cluster.bridge import ForwardedRequest, run_asgi
 from inferd.cluster.config import ClusterConfig, ModelDeployment
+from inferd.observability.observer import engine_of
 
 log = logging.getLogger("inferd.cluster")
 
@@ -87,7 +88,7 @@ class ModelReplica:
     def stats(self) -> dict[str, Any]:
         running = waiting = slots = 0
         for entry in self.service.registry.loaded.values():
-            engine = getattr(entry.model, "engine", None)
+            engine = engine_of(entry.spec, entry.model)
             if engine is not None:
                 running += engine.active
                 waiting += engine.queued
@@ -106,7 +107,7 @@ class ModelReplica:
     async def check_health(self) -> None:
         """Serve restarts a replica whose engine worker died."""
         for entry in self.service.registry.loaded.values():
-            engine = getattr(entry.model, "engine", None)
+            engine = engine_of(entry.spec, entry.model)
             if engine is not None and engine.dead is not None:
                 raise RuntimeError(f"generation worker died: {engine.dead}")
 

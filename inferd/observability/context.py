@@ -22,6 +22,10 @@ class RequestInfo:
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start ns, end ns), wall clock
 
 
+# Where the Observe middleware leaves a request's RequestInfo in the ASGI scope, for the
+# outermost middleware (RequestContext), which counts the request once with its model.
+SCOPE_KEY = "inferd.request_info"
+
 _current: contextvars.ContextVar[RequestInfo | None] = contextvars.ContextVar("inferd_request", default=None)
 
 

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferd.kinds import KINDS
+from inferd.metrics import Metrics
 from inferd.observability.drain import Drain
 from inferd.observability.llamacpp import render_llamacpp
-from inferd.observability.prom import LATENCY_BUCKETS, Family, Histogram, render
+from inferd.observability.prom import Family, render
 from inferd.observability.stats import EncStats, GenStats
 from inferd.types import SAMPLER_STAGES, SamplingParams
 
@@ -61,12 +62,13 @@ def slot_params(job: Any) -> dict[str, Any]:
 
 
 class Observer:
-    def __init__(self, registry: Any, admission: Any, drain: Drain | None = None, show_prompts: bool = False):
+    def __init__(self, registry: Any, admission: Any, drain: Drain | None = None, show_prompts: bool = False,
+                 metrics: Metrics | None = None):
         self.registry, self.admission = registry, admission
+        # HTTP requests are counted once, by the service's Metrics; the per-model families render from it
+        self.metrics = metrics if metrics is not None else Metrics()
         self.drain = drain or Drain()
         self.show_prompts = show_prompts
-        self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()  # (model, family, status)
-        self.durations: dict[tuple[str, str], Histogram] = {}
         self.gen: dict[str, GenStats] = {}
         self.enc: dict[str, EncStats] = {}
         self.loads: collections.Counter[str] = collections.Counter()
@@ -77,13 +79,6 @@ class Observer:
         self.tracer: Tracer | None = None  # --otlp-endpoint (set by the service)
 
     # ---- recording ----------------------------------------------------------------------------
-    def request(self, model: str, family: str, status: int, seconds: float) -> None:
-        self.requests[(model, family, status)] += 1
-        h = self.durations.get((model, family))
-        if h is None:
-            h = self.durations[(model, family)] = Histogram(LATENCY_BUCKETS)
-        h.observe(seconds)
-
     def reject(self, reason: str) -> None:
         self.rejections[reason] += 1
 
@@ -193,10 +188,11 @@ class Observer:
     def render(self) -> str:
         F = Family
         req = F("inferd_model_requests_total", "counter", "Requests that used a model, by route family and status.")
-        for (m, fam, status), n in sorted(self.requests.items()):
+        counts, durations = self.metrics.model_requests()
+        for (m, fam, status), n in sorted(counts.items()):
             req.add(n, model=m, family=fam, status=status)
         dur = F("inferd_request_duration_seconds", "histogram", "End-to-end HTTP request latency per model.")
-        for (m, fam), h in sorted(self.durations.items()):
+        for (m, fam), h in sorted(durations.items()):
             dur.add_histogram(h, model=m, family=fam)
 
         ttft = F("inferd_time_to_first_token_seconds", "histogram", "Arrival to first generated token.")

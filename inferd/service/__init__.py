@@ -14,16 +14,24 @@ back, and never touch the registry themselves.
     reading     /ai/v1/read on readers (OCR, TrOCR, Donut)         (reading.py)
     images      image embeddings, multimodal rerank                (image_embed.py)
 
-Model loading is composed in loading.py: (kind, format) -> loader -> typed handle."""
+    models_mgr  pull, delete, copy, create, blobs, GGUF headers     (models.py)
+    files       /v1/files, the stored uploads speech requests name (storage/files.py)
+
+The model verbs share one pipeline (verb.py: resolve, admit, hold the typed handle, prepare,
+submit, the per-item policy). Model loading is composed in loading.py: (kind, format) ->
+loader -> typed handle. Routes call only the methods of this facade."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from inferd.config import Settings
 from inferd.errors import InferdError, ModelNotSupported
+from inferd.kinds import GENERATOR
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
 from inferd.observability.drain import Drain
@@ -39,8 +47,11 @@ from inferd.service.generation import GenerationService, GenerationStream
 from inferd.service.loading import Loaders, runtime_options
 from inferd.service import llama_props, model_info
 from inferd.service.lora import LoraService
-from inferd.service.speech import SpeechLimits, SpeechService
-from inferd.service.rewriting import RewriteResult, RewritingService
+from inferd.service.speech import SpeechLimits, SpeechService, TranscribeRequest, Transcription, TranscriptionStream
+from inferd.service.rewriting import RewriteOptions, RewriteResult, RewritingService
+from inferd.service.extraction import ExtractResult
+from inferd.extraction_types import ExtractOptions, ExtractSchema
+from inferd.storage.files import FileStore
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
 from inferd.service.models import ModelManager
@@ -67,7 +78,7 @@ class InferenceService:
         self.catalog = Catalog(registry)
         # /metrics per model, /load, /slots, drain, traces; every load is observed (time, stats attached)
         self.observer = Observer(registry, admission, Drain(settings.drain_timeout),
-                                 show_prompts=settings.slots_show_prompts)
+                                 show_prompts=settings.slots_show_prompts, metrics=self.metrics)
         self.observer.tracer = make_tracer(settings)
         # a drain that times out closes every model: what they hold fails with a retryable 503
         self.observer.drain.on_timeout.append(registry.close)
@@ -87,7 +98,8 @@ class InferenceService:
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
         self.extraction = ExtractionService(self.catalog, registry, admission, self.generation.generate,
                                             settings.max_batch_inputs, self.reading.read)
-        self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, load control
+        self.models_mgr = ModelManager(settings, registry)  # pull, delete, copy, create, blobs
+        self._files: FileStore | None = None  # /v1/files: made on first use (it creates its folder)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "InferenceService":
@@ -132,16 +144,22 @@ class InferenceService:
         return self.catalog.is_loaded(name)
 
     async def load_model(self, model: str) -> ModelSpec:
-        """Load any served model now (it then idles out by keep-alive)."""
+        """Load any model now, of any kind (it then idles out by keep-alive): a served name, or,
+        with --allow-downloads, a Hub name, fetched first as any request would. The built-in
+        `fixed` chunker (code, no weights) is a 400. -> the served spec after the load (a pulled
+        model's own name, which its other spellings resolve to)."""
         spec = self.resolve(model)
         if spec.format == "builtin" and spec.path is None:  # the `fixed` chunker: code, no weights
             raise ModelNotSupported(f"'{spec.name}' is built into the server and has nothing to load")
         async with self.registry.use(spec.name):
-            return spec
+            pass
+        return self.registry.lookup(spec.name) or spec
 
-    async def unload_model(self, model: str) -> bool:
-        """Unload now (a busy model goes when its last request ends); False: it was not loaded."""
-        return await self.registry.unload(self.resolve(model).name)
+    async def unload_model(self, model: str) -> tuple[ModelSpec, bool]:
+        """Unload now (a busy model goes when its last request ends). Only served models: a name
+        that would have to be downloaded is a 404, never a fetch. -> (spec, whether it was loaded)."""
+        spec = self.resolve_served(model)
+        return spec, await self.registry.unload(spec.name)
 
     def model_state(self, spec: ModelSpec) -> dict[str, Any]:
         """Per-model state for catalogs: LoRA adapter, whether it is loaded and, if so, its
@@ -221,6 +239,98 @@ class InferenceService:
                              template_kwargs: dict[str, Any], tools: list[dict[str, Any]] | None) -> str:
         return await llama_props.apply_template(self.generation, model, messages, template_kwargs, tools)
 
+    # ---- speech ---------------------------------------------------------------------------------
+    def transcriber_spec(self, model: str | None) -> ModelSpec:
+        """The served transcriber (404 unknown, 400 another kind): checked before audio is read."""
+        return self.speech.spec(model)
+
+    async def transcribe(self, req: TranscribeRequest) -> Transcription:
+        return await self.speech.transcribe(req)
+
+    async def open_transcription(self, req: TranscribeRequest) -> TranscriptionStream:
+        """A running transcription, window by window (request errors raise here, before a stream)."""
+        return await self.speech.open(req)
+
+    # ---- rewriting, extraction -----------------------------------------------------------------
+    async def rewrite(self, model: str | None, inputs: Sequence[str], options: RewriteOptions, *,
+                      per_item: bool = False, truncate: bool = True, keep_alive: float | None = None) -> RewriteResult:
+        return await self.rewriting.rewrite(model, inputs, options, per_item=per_item, truncate=truncate,
+                                            keep_alive=keep_alive)
+
+    async def extract(self, model: str | None, inputs: Sequence[Any], schema: ExtractSchema, options: ExtractOptions,
+                      per_item: bool = False) -> ExtractResult:
+        return await self.extraction.extract(model, inputs, schema, options, per_item)
+
+    # ---- model management (models.py) ----------------------------------------------------------
+    async def check_pull(self, name: str, *, hub: bool | None = None, insecure: bool = False) -> None:
+        await self.models_mgr.check_pull(name, hub=hub, insecure=insecure)
+
+    async def pull_model(self, name: str, on_event: Callable[[dict[str, Any]], None] | None = None, *,
+                         hub: bool | None = None, insecure: bool = False) -> ModelSpec:
+        return await self.models_mgr.pull(name, on_event, hub=hub, insecure=insecure)
+
+    async def delete_model(self, name: str) -> None:
+        await self.models_mgr.delete(name)
+
+    async def copy_model(self, source: str, destination: str) -> ModelSpec:
+        return await self.models_mgr.copy(source, destination)
+
+    async def create_model(self, name: str, *, source: str | None, files: dict[str, str] | None,
+                           template: str | None, system: str | None, parameters: dict[str, Any] | None) -> ModelSpec:
+        return await self.models_mgr.create(name, source=source, files=files, template=template, system=system,
+                                            parameters=parameters)
+
+    def check_blob(self, digest: str) -> None:
+        """404 unless the blob `digest` is stored (Ollama's HEAD /api/blobs)."""
+        self.models_mgr.blob_path(digest, must_exist=True)
+
+    async def save_blob(self, digest: str, chunks: AsyncIterator[bytes], length: int | None) -> None:
+        await self.models_mgr.save_blob(digest, chunks, length)
+
+    def gguf_metadata(self, spec: ModelSpec) -> dict[str, Any]:
+        """A GGUF model's header (cached; blocking: call it on a thread)."""
+        return self.models_mgr.gguf_metadata(spec)
+
+    def slot_context(self, spec: ModelSpec) -> int | None:
+        """The slot context of `spec` when it is a loaded generator, else None (not loaded)."""
+        handle = self.registry.handle(spec.name, GENERATOR)
+        return None if handle is None else getattr(handle.runtime, "n_ctx_seq", None)
+
+    def model_events(self) -> AsyncIterator[dict[str, Any]]:
+        """What the server does with models (/models/events): downloading, loading, loaded, ..."""
+        return self.models_mgr.events.subscribe()
+
+    # ---- files (/v1/files) -----------------------------------------------------------------------
+    @property
+    def files(self) -> FileStore:
+        if self._files is None:
+            s = self.settings
+            self._files = FileStore.for_data_dir(s.data_dir, max_file_bytes=s.max_file_bytes,
+                                                 max_total_bytes=s.max_files_total_bytes)
+        return self._files
+
+    # The store touches the disk: every call runs on a worker thread.
+    async def upload_file(self, src: BinaryIO, filename: str, purpose: str, size: int | None) -> dict[str, Any]:
+        return await asyncio.to_thread(self.files.create, src, filename, purpose, size)
+
+    async def list_files(self, purpose: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.files.list, purpose)
+
+    async def file_info(self, file_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.files.get, file_id)
+
+    async def file_content(self, file_id: str) -> tuple[Path, dict[str, Any]]:
+        """A stored file's path and its metadata (404 unknown)."""
+        meta = await self.file_info(file_id)
+        return self.files.root / meta["id"], meta
+
+    async def delete_file(self, file_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.files.delete, file_id)
+
+    async def read_audio_file(self, file_id: str, limit: int, where: str) -> bytes:
+        """A stored audio file named by its `file-...` id in a speech request (at most `limit` bytes)."""
+        return await asyncio.to_thread(self.files.read_audio, file_id, limit, where)
+
     # ---- encoders, chunking, tabular ----------------------------------------------------------
     async def embed(self, model: str | None, inputs: Sequence[ImageEmbedInput], **kw: Any) -> EmbedResult:
         if any(isinstance(x, MediaRef) for x in inputs):  # image parts: media admission first
@@ -257,5 +367,5 @@ class InferenceService:
         return await self.tabular.predict(model, rows)
 
 
-__all__ = ["InferenceService", "ChunkResult", "EmbedResult", "GenerationStream", "PredictResult", "RerankResult",
-           "RewriteResult", "available_backends", "discover_all"]
+__all__ = ["InferenceService", "ChunkResult", "EmbedResult", "ExtractResult", "GenerationStream", "PredictResult",
+           "RerankResult", "RewriteResult", "available_backends", "discover_all"]

@@ -1,13 +1,13 @@
 """Encoder verbs: embed (dense and sparse), rerank, and the model-based half of chunking.
 
-Every verb: resolve the served name (unknown -> 404, wrong kind -> 400), take an admission
-slot, hold the loaded runtime, tokenize off the event loop, then hand the items to the
-model's dynamic batcher, which runs them with other requests' items in shared forward passes."""
+Every verb runs service/verb.py's pipeline: resolve the served name (unknown -> 404, wrong
+kind -> 400), take an admission slot, hold the loaded runtime, tokenize off the event loop,
+then hand the items to the model's dynamic batcher, which runs them with other requests' items
+in shared forward passes."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,14 +20,15 @@ from inferd.registry.registry import Registry
 from inferd.runtimes.common.pooling import truncate_dims
 from inferd.scheduling.admission import Admission
 from inferd.service.core import Catalog
-from inferd.service.handles import EmbedderRuntime, EncoderHandle
+from inferd.kinds import CHUNKER, EMBEDDER, RERANKER
+from inferd.service.handles import EmbedderRuntime
+from inferd.service.verb import Verb, items_of, raise_first, total_chars
 from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.text.chunking import Chunk, FixedConfig, chunks_from_boundaries
 
 # Text, token ids, or an item a face already found unservable (its error: fails the request
 # unless per_item, then it is that item's error).
 EmbedInput = str | Sequence[int] | InferdError
-_INLINE_CHARS = 2000  # inputs this small are tokenized on the event loop (tens of microseconds)
 
 
 @dataclass
@@ -60,6 +61,9 @@ class EncoderService:
                  max_inputs: int = DEFAULT_MAX_BATCH_INPUTS):
         self.catalog, self.registry, self.admission = catalog, registry, admission
         self.max_inputs = max_inputs  # --max-batch-inputs: embeddings inputs, rerank documents
+        self.embedder = Verb(EMBEDDER, registry, admission)
+        self.reranker = Verb(RERANKER, registry, admission)
+        self.chunker = Verb(CHUNKER, registry, admission)
 
     async def embed(self, model: str | None, inputs: Sequence[EmbedInput], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
@@ -68,44 +72,19 @@ class EncoderService:
         truncation, bad token ids, failed batch) becomes that item's error; otherwise the first
         one fails the request."""
         spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
-        if not inputs:
-            raise InvalidInput("'input' must not be empty", "input")
-        check_input_count(len(inputs), self.max_inputs, "inputs")
-        if dimensions is not None and dimensions < 1:
-            raise InvalidInput("dimensions must be at least 1", "dimensions")
-        if not per_item:  # fail fast before any model work
-            for x in inputs:
-                if isinstance(x, InferdError):
-                    raise x
-        async with self.admission.slot():
-            t0 = time.perf_counter()
-            async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as handle:
-                load_seconds = time.perf_counter() - t0
-                rt: EmbedderRuntime = handle.encoder
-                if dimensions is not None and rt.sparse:
-                    raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
-                check_dimensions(dimensions, rt.dims)
-                rt.prefix(task)  # an unknown task_type is the whole request's error
-                chars = sum(len(x) for x in inputs if not isinstance(x, InferdError))
-                if chars <= _INLINE_CHARS:  # a thread hop costs more than this
-                    prepared = _prepare(rt, inputs, task, truncate)
-                else:
-                    prepared = await asyncio.to_thread(_prepare, rt, inputs, task, truncate)
-                ok, outs = await submit_prepared(handle, prepared, per_item)
-        items: list[Any] = list(prepared)
-        cut = [i for i in ok if getattr(prepared[i], "truncated", False)]
-        tokens = 0
-        for i, out in zip(ok, outs):
-            if isinstance(out, BaseException):
-                if not per_item:
-                    raise out
-                items[i] = out if isinstance(out, InferdError) else InvalidInput(str(out))
-                continue
-            tokens += len(prepared[i])
-            if dimensions is not None:
-                out = truncate_dims(out, dimensions)
-            items[i] = out
-        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, load_seconds, cut)
+        check_embed_request(inputs, self.max_inputs, dimensions, per_item)  # fail fast before any model work
+        async with self.embedder.use(spec.name, keep_alive) as held:
+            rt: EmbedderRuntime = held.handle.runtime
+            if dimensions is not None and rt.sparse:
+                raise InvalidInput("dimensions does not apply to a sparse model", "dimensions")
+            check_dimensions(dimensions, rt.dims)
+            rt.prefix(task)  # an unknown task_type is the whole request's error
+            ran = await self.embedder.each(held.handle, lambda: _prepare(rt, inputs, task, truncate),
+                                           total_chars(inputs), per_item)
+        cut = [i for i, p in enumerate(ran.prepared) if getattr(p, "truncated", False)]
+        tokens = sum(len(ran.prepared[i]) for i, _ in ran.done)
+        items = items_of(ran, lambda i, out: out if dimensions is None else truncate_dims(out, dimensions))
+        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, held.load_seconds, cut)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
                      keep_alive: float | None = None, param: str = "documents") -> RerankResult:
@@ -116,42 +95,40 @@ class EncoderService:
         if not documents:  # one rule for empty lists everywhere (as for embedding inputs): 400
             raise InvalidInput(f"'{param}' must not be empty", param)
         check_input_count(len(documents), self.max_inputs, "documents")
-        async with self.admission.slot():
-            async with self.registry.use(spec.name, [ModelKind.RERANKER], keep_alive) as handle:
-                encs = await asyncio.to_thread(handle.encoder.prepare, query, list(documents))
-                outs = await handle.batcher.submit(encs, [len(e) for e in encs])
-                scores = handle.encoder.combine(outs, len(documents))
+        async with self.reranker.use(spec.name, keep_alive) as held:
+            h = held.handle
+            encs = await asyncio.to_thread(h.runtime.prepare, query, list(documents))
+            outs = await h.scheduler.submit(encs, [len(e) for e in encs])
+            scores = h.runtime.combine(outs, len(documents))
         return RerankResult(spec.name, scores, sum(len(e) for e in encs))
 
     async def model_chunks(self, spec: ModelSpec, text: str, cfg: FixedConfig, threshold: float) -> list[Chunk]:
         """Chunks from a token-classifier chunker: a chunk ends after each token whose boundary
-        probability exceeds `threshold`; pieces over target_tokens are split the fixed way."""
+        probability exceeds `threshold`; pieces over target_tokens are split the fixed way.
+        No slot of its own: the chunking verb holds the request's."""
         if spec.format == "builtin":
             raise ModelNotSupported(f"'{spec.name}' is not a model-based chunker")
-        async with self.registry.use(spec.name, [ModelKind.CHUNKER]) as handle:
-            assert isinstance(handle, EncoderHandle)
-            windows = await asyncio.to_thread(handle.encoder.windows, text)
-            probs = await handle.batcher.submit([w.enc for w in windows], [len(w.enc) for w in windows])
+        async with self.chunker.hold(spec.name) as held:
+            h = held.handle
+            windows = await asyncio.to_thread(h.runtime.windows, text)
+            probs = await h.scheduler.submit([w.enc for w in windows], [len(w.enc) for w in windows])
         ends = [w.offsets[j][1] for w, p in zip(windows, probs) for j in np.flatnonzero(p > threshold)]
         return await asyncio.to_thread(chunks_from_boundaries, text, ends, cfg)
+
+
+def check_embed_request(inputs: Sequence[Any], max_inputs: int, dimensions: int | None, per_item: bool) -> None:
+    """What an embeddings request must be before any model work (texts or images alike)."""
+    if not inputs:
+        raise InvalidInput("'input' must not be empty", "input")
+    check_input_count(len(inputs), max_inputs, "inputs")
+    if dimensions is not None and dimensions < 1:
+        raise InvalidInput("dimensions must be at least 1", "dimensions")
+    raise_first(inputs, per_item)
 
 
 def check_dimensions(dimensions: int | None, dims: int) -> None:
     if dimensions is not None and dimensions > dims:
         raise InvalidInput(f"dimensions ({dimensions}) is larger than the model's {dims}", "dimensions")
-
-
-async def submit_prepared(handle: EncoderHandle[Any], prepared: list[Any], per_item: bool
-                          ) -> tuple[list[int], list[Any]]:
-    """The prepared inputs that are not errors, through the model's batcher in one submission:
-    (their indexes, their outputs, a failed one's being its exception). Without per_item, the
-    first input that failed to prepare is the whole request's error."""
-    if not per_item:
-        for x in prepared:
-            if isinstance(x, InferdError):
-                raise x
-    ok = [i for i, x in enumerate(prepared) if not isinstance(x, InferdError)]
-    return ok, await handle.batcher.submit_each([prepared[i] for i in ok], [len(prepared[i]) for i in ok])
 
 
 def _prepare(rt: EmbedderRuntime, inputs: Sequence[EmbedInput], task: str | None, truncate: bool) -> list[Any]:

@@ -26,12 +26,14 @@ from inferd.errors import (CapabilityMissing, ContextOverflow, InferdError, Infe
                            PayloadTooLarge)
 from inferd.extraction_types import (Classification, ClassificationSpec, Entity, ExtractItem, ExtractOptions,
                                      ExtractSchema, Relation, RelationSpec)
+from inferd.kinds import CLASSIFIER, EXTRACTOR
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.service.core import Catalog
 from inferd.service.handles import EncoderHandle, EncoderRuntime
+from inferd.service.verb import Verb, off_loop, raise_first
 from inferd.types import ChatOptions, GenerateRequest, Generation, SamplingParams
 
 log = logging.getLogger("inferd.extraction")
@@ -47,7 +49,6 @@ MAX_CLASSIFY_PASSES = 4096
 # Encoder passes (word windows x label groups) of one stage of one request: a small model's
 # narrow window and many relation labels would otherwise make a 1 MB request hours of work.
 MAX_ENCODER_PASSES = 16384
-_INLINE_CHARS = 2000  # inputs this small are prepared on the event loop (a thread hop costs more)
 Generate = Callable[..., Awaitable[Generation]]
 Read = Callable[..., Awaitable[Any]]  # ReadingService.read(model, refs) -> ReadResult
 
@@ -98,6 +99,9 @@ class ExtractionService:
         self.catalog, self.registry, self.admission, self._generate = catalog, registry, admission, generate
         self.max_inputs = max_inputs  # --max-batch-inputs
         self._read = read  # the readers' verb: image parts become text first (under media admission)
+        # the encoder stages' kinds; each stage says which runtime Protocol it needs of the handle
+        self.encoders: dict[ModelKind, Verb[EncoderHandle[Any]]] = {
+            k.kind: Verb(k, registry, admission) for k in (EXTRACTOR, CLASSIFIER)}
 
     # ---- model choice ------------------------------------------------------------------------
     def resolve(self, model: str | None, schema: ExtractSchema) -> ModelSpec:
@@ -148,28 +152,23 @@ class ExtractionService:
         if len(schema.structures) * len(inputs) > MAX_STRUCTURE_JOBS:
             raise InvalidInput(f"{len(inputs)} inputs x {len(schema.structures)} structures is more than "
                                f"{MAX_STRUCTURE_JOBS} generations in one request", "schema.structures")
-        if not per_item:
-            for x in inputs:
-                if isinstance(x, InferdError):
-                    raise x
+        raise_first(inputs, per_item)
         if any(isinstance(x, (list, tuple)) for x in inputs):
             inputs = await self._read_images(spec, inputs, per_item)
         texts: list[str | InferdError] = [x for x in inputs if isinstance(x, (str, InferdError))]
         items: list[Any] = [self._check_input(i, x) for i, x in enumerate(texts)]
         if sum(len(x) for x in items if isinstance(x, str)) > MAX_TOTAL_CHARS:
             raise PayloadTooLarge(f"the inputs hold more than {MAX_TOTAL_CHARS} characters in all")
-        if not per_item:
-            for x in items:
-                if isinstance(x, InferdError):
-                    raise x
+        raise_first(items, per_item)
         result = ExtractResult(spec.name)
         out: list[Any] = [x if isinstance(x, InferdError) else ExtractItem() for x in items]
         ok = [i for i, x in enumerate(items) if isinstance(x, str)]
-        async with self.admission.slot():
+        async with self.admission.slot():  # the structures' generations run under it (admit=False)
             if spec.kind is not ModelKind.GENERATOR and set(schema.parts()) - {"structures"}:
-                async with self.registry.use(spec.name, [spec.kind]) as handle:
+                async with self.encoders[spec.kind].hold(spec.name) as held:
+                    handle = held.handle
                     # A manifest may claim what the runtime cannot do: the runtime has the last word.
-                    can: frozenset[str] = getattr(handle.encoder, "capabilities", frozenset())
+                    can: frozenset[str] = getattr(handle.runtime, "capabilities", frozenset())
                     for p in set(schema.parts()) - {"structures"} - set(can):
                         raise CapabilityMissing(f"model '{spec.name}' cannot extract {p} (its runtime does "
                                                 f"{', '.join(sorted(can)) or 'nothing'})")
@@ -181,10 +180,7 @@ class ExtractionService:
                         await self._classify(handle, items, ok, out, schema, options, result)
             if generator is not None:
                 await self._structures(generator, items, ok, out, schema, result)
-        if not per_item:
-            for x in out:
-                if isinstance(x, InferdError):
-                    raise x
+        raise_first(out, per_item)
         result.items = out
         return result
 
@@ -246,7 +242,7 @@ class ExtractionService:
         texts make both slow; one batcher submission between. -> (item, decoded) for the items
         that succeeded; a failed item's error goes to `out`."""
         cost = sum(len(items[i]) for i in live)
-        groups = await _prepare(lambda: [prepare(i) for i in live], cost)
+        groups = await off_loop(lambda: [prepare(i) for i in live], cost)
         results = await self._run(handle, groups)
         found = await _decode([None if isinstance(res, BaseException) else functools.partial(decode, i, g, res)
                                for i, g, res in zip(live, groups, results)], cost)
@@ -267,7 +263,7 @@ class ExtractionService:
             raise PayloadTooLarge(f"the inputs need {len(flat)} encoder passes (text windows x label groups); the "
                                   f"limit of one request is {MAX_ENCODER_PASSES}: send shorter or fewer texts, "
                                   "or fewer labels")
-        res = await handle.batcher.submit_each(flat, [p.cost for p in flat])
+        res = await handle.scheduler.submit_each(flat, [p.cost for p in flat])
         out: list[list[Any] | BaseException] = []
         k = 0
         for g in groups:
@@ -279,7 +275,7 @@ class ExtractionService:
 
     async def _entities(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
                         result) -> None:
-        rt = handle.encoder
+        rt = handle.runtime
         labels = rt.match_labels(schema.entities)  # a label a fixed-label model lacks: 400, named
         for i, ents in await self._encode_decode(
                 handle, items, self._live(ok, out), out, result,
@@ -289,7 +285,7 @@ class ExtractionService:
 
     async def _relations(self, handle: EncoderHandle[EntityRuntime], items, ok, out, schema, options,
                          result) -> None:
-        rt = handle.encoder
+        rt = handle.runtime
         for i, rels in await self._encode_decode(
                 handle, items, self._live(ok, out), out, result,
                 lambda i: rt.prepare_relations(items[i], out[i].entities, schema.relations, options),
@@ -298,7 +294,7 @@ class ExtractionService:
 
     async def _classify(self, handle: EncoderHandle[ClassifierRuntime], items, ok, out, schema, options,
                         result) -> None:
-        rt = handle.encoder
+        rt = handle.runtime
         specs = [(c, rt.match_classes(c)) for c in schema.classifications]  # bad labels: 400
         live = self._live(ok, out)
         passes = len(live) * sum(len(labels) if getattr(rt, "zero_shot", False) else 1 for _, labels in specs)
@@ -306,7 +302,7 @@ class ExtractionService:
             raise InvalidInput(f"{len(live)} inputs x the classifications' labels need {passes} classifier passes; "
                                f"the limit of one request is {MAX_CLASSIFY_PASSES} (send fewer inputs or labels)",
                                "schema.classifications")
-        groups = await _prepare(lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs],
+        groups = await off_loop(lambda: [rt.prepare_classify(items[i], labels) for i in live for _, labels in specs],
                                 sum(len(items[i]) for i in live) * len(specs))
         res_all = await self._run(handle, groups)
         n = len(specs)
@@ -372,11 +368,6 @@ class ExtractionService:
                 out[i].structures[name] = value
 
 
-async def _prepare(fn: Callable[[], list[Any]], chars: int) -> list[Any]:
-    """Tokenize on a worker thread, unless the inputs are small."""
-    return fn() if chars <= _INLINE_CHARS else await asyncio.to_thread(fn)
-
-
 async def _decode(calls: list[Callable[[], Any] | None], chars: int) -> list[Any]:
     """Each input's decode call (None: skipped), on a worker thread unless the inputs are
     small; an input whose decode raises a domain error gets that error as its result."""
@@ -389,7 +380,7 @@ async def _decode(calls: list[Callable[[], Any] | None], chars: int) -> list[Any
                 out.append(e)
         return out
 
-    return run() if chars <= _INLINE_CHARS else await asyncio.to_thread(run)
+    return await off_loop(run, chars)
 
 
 def _pick(c: ClassificationSpec, labels: list[str], scores: list[float], threshold: float) -> list[Classification]:

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.kinds import GENERATOR
 from inferd.chat.gbnf import check_gbnf
 from inferd.chat.plan import ChatPlan
 from inferd.chat.reasoning import prompt_opens_reasoning
@@ -48,7 +49,6 @@ from inferd.types import Delta, GenerateRequest, Generation, Image, TokenLogprob
 
 log = logging.getLogger("inferd.generation")
 
-GEN = [ModelKind.GENERATOR]
 MAX_SHIFTED_CONTEXTS = 16
 
 
@@ -285,7 +285,7 @@ class GenerationStream:
 
     def cancel(self) -> None:
         if self.job is not None and not self.finished:
-            self.handle.engine.cancel(self.job)
+            self.handle.scheduler.cancel(self.job)
 
     async def aclose(self) -> None:
         if self.closed:
@@ -349,7 +349,7 @@ class GenerationService:
                 grant = await stack.enter_async_context(self.media.admit(refs))
                 images = to_images(await decode_all(grant))
             t0 = time.perf_counter()
-            handle = await stack.enter_async_context(self.registry.use(spec.name, GEN, keep_alive=req.keep_alive))
+            handle = await stack.enter_async_context(self.registry.use(spec.name, GENERATOR, keep_alive=req.keep_alive))
             assert isinstance(handle, GeneratorHandle)
             if req.lora is None:  # a reloaded model gets its default set back (its own set: not its concern)
                 await self.lora.ensure(spec, handle)
@@ -362,7 +362,7 @@ class GenerationService:
             stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
                                   if loads_a_draft(ctl, spec) else plan_speculation(ctl, spec, handle, self.catalog))
             sp = stream.speculation if stream.speculation.disabled_reason is None else None
-            p = await self.prep.run(prepare, handle.backend, req, images, self.reasoning_budget)
+            p = await self.prep.run(prepare, handle.runtime, req, images, self.reasoning_budget)
             stream.prompt_tokens, stream.output = p.prompt, p.output
             stream.outputs = [p.output] + [o for _s, o in p.more]
             loop = asyncio.get_running_loop()
@@ -382,7 +382,7 @@ class GenerationService:
             stream.job.media = p.media  # the first choice prefills the images; siblings fork its cells
             stream.job.siblings = [job(s, i) for i, (s, _o) in enumerate(p.more, start=1)]
             try:
-                handle.engine.submit(stream.job)
+                handle.scheduler.submit(stream.job)
             except BaseException:
                 for j in stream.job.group:
                     j.sampler.close()
@@ -425,7 +425,7 @@ class GenerationService:
         check_engine_limits(req)
         spec = self.spec(req.model)
         req.model = spec.name
-        async with self.admission.slot(), self.registry.use(spec.name, GEN) as handle:
+        async with self.admission.slot(), self.registry.use(spec.name, GENERATOR) as handle:
             assert isinstance(handle, GeneratorHandle)
 
             def count(rt: GeneratorRuntime) -> int:
@@ -435,7 +435,7 @@ class GenerationService:
                 _close_media(p.media)
                 return len(p.prompt)
 
-            return spec.name, await self.prep.run(count, handle.backend)
+            return spec.name, await self.prep.run(count, handle.runtime)
 
     async def load(self, model: str | None, keep_alive: float | None = None) -> ModelSpec:
         """Load (or, with keep_alive 0, unload) a generator without generating: Ollama's
@@ -444,7 +444,7 @@ class GenerationService:
         if keep_alive == 0:
             await self.registry.unload(spec.name)
             return spec
-        async with self.registry.use(spec.name, GEN, keep_alive=keep_alive):
+        async with self.registry.use(spec.name, GENERATOR, keep_alive=keep_alive):
             pass
         return spec
 
@@ -452,15 +452,15 @@ class GenerationService:
                        parse_special: bool = True) -> tuple[str, list[int], list[bytes]]:
         """-> (model, token ids, the bytes of each token)."""
         spec = self.spec(model)
-        async with self.registry.use(spec.name, GEN) as handle:
-            rt = handle.backend
+        async with self.registry.use(spec.name, GENERATOR) as handle:
+            rt = handle.runtime
             ids = await self.prep.run(rt.tokenize, content, add_special, parse_special)
             return spec.name, ids, [rt.token_bytes(t) for t in ids]
 
     async def detokenize(self, model: str | None, tokens: list[int]) -> tuple[str, str]:
         spec = self.spec(model)
-        async with self.registry.use(spec.name, GEN) as handle:
-            rt = handle.backend
+        async with self.registry.use(spec.name, GENERATOR) as handle:
+            rt = handle.runtime
             rt.check_tokens(tokens, "tokens")
             return spec.name, await self.prep.run(rt.detokenize, tokens)
 

@@ -24,7 +24,7 @@ from inferd.types import Image, SamplingParams
 
 if TYPE_CHECKING:  # the seq2seq runtime imports tokenizers: only when a rewriter loads
     from inferd.runtimes.seq2seq.decoding import DecodeParams
-    from inferd.runtimes.seq2seq.model import Rewriter
+    from inferd.runtimes.seq2seq.model import Rewriter  # noqa: F401 (RewriterHandle's base names it in a string)
     from inferd.scheduling.seq2seq import Seq2SeqScheduler
 
 log = logging.getLogger("inferd.handles")
@@ -124,8 +124,8 @@ class Handle(Protocol[R_co, S_co]):
     `scheduler` that owns its worker thread (None for a model run on a thread per request),
     `size_bytes` (estimated resident size), `stats` (the scheduler's own counters) and
     `close()`, which stops the scheduler before the runtime's native state is freed. Every
-    handle class below has these five names; the older per-kind names (backend, engine,
-    encoder, batcher, predictor, queue, rewriter) are read-only aliases kept for callers."""
+    handle class below has these five names and no others for them (the per-kind aliases
+    backend, engine, encoder, batcher, predictor, queue, rewriter are gone)."""
 
     @property
     def runtime(self) -> R_co: ...
@@ -151,14 +151,6 @@ class GeneratorHandle:
     make_draft: Callable[[Any], Any] | None = None
 
     @property
-    def backend(self) -> GeneratorRuntime:
-        return self.runtime
-
-    @property
-    def engine(self) -> GenerationEngine:
-        return self.scheduler
-
-    @property
     def size_bytes(self) -> int:
         return int(self.runtime.size_bytes)
 
@@ -168,7 +160,7 @@ class GeneratorHandle:
 
     def warm_up(self) -> None:
         """Block until one warm-up decode has run on the engine's worker thread."""
-        self.engine.call_when_idle(self.backend.warm_up).result()
+        self.scheduler.call_when_idle(self.runtime.warm_up).result()
 
     async def set_lora(self, name: str | None, adapters: Adapters) -> None:
         """Make `adapters` ((path, scale) pairs; () the base weights) the default set of the
@@ -177,17 +169,17 @@ class GeneratorHandle:
         Shielded: the switch completes even if the caller is cancelled. The KV cache stays:
         the engine keys every cached prefix by the adapter set it was computed with."""
         def apply() -> None:
-            self.engine.default_adapters = adapters
+            self.scheduler.default_adapters = adapters
             self.lora = name if adapters else None
 
-        await asyncio.shield(asyncio.wrap_future(self.engine.call_when_idle(apply, reset_cache=False, default_only=True)))
+        await asyncio.shield(asyncio.wrap_future(self.scheduler.call_when_idle(apply, reset_cache=False, default_only=True)))
 
     def close(self) -> None:
-        if self.engine.close():
-            self.engine.drafters.close()
-            self.backend.close()
+        if self.scheduler.close():
+            self.scheduler.drafters.close()
+            self.runtime.close()
         else:  # a step is still running native code: leaking is safe, freeing under it is not
-            log.error("generation worker of %s did not stop; its native memory is not freed", self.backend.name)
+            log.error("generation worker of %s did not stop; its native memory is not freed", self.runtime.name)
 
 
 E = TypeVar("E", bound=EncoderRuntime)
@@ -226,15 +218,8 @@ class _Queued(Generic[R, S]):
 @dataclass(eq=False)
 class EncoderHandle(_Queued[E, Batcher]):
     """An encoder (embedder, reranker, chunker, ...) and the dynamic batcher that owns its
-    worker thread; every forward pass goes through `batcher`."""
+    worker thread; every forward pass goes through that `scheduler`."""
 
-    @property
-    def encoder(self) -> E:
-        return self.runtime
-
-    @property
-    def batcher(self) -> Batcher:
-        return self.scheduler
 
 
 @dataclass(eq=False)
@@ -245,10 +230,6 @@ class PredictorHandle:
     size_bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     scheduler: None = None
-
-    @property
-    def predictor(self) -> PredictorRuntime:
-        return self.runtime
 
     @property
     def stats(self) -> Any:
@@ -263,10 +244,6 @@ class TranscriberHandle(_Queued[SpeechRuntime, SpeechQueue]):
     """A speech model (Whisper on CTranslate2, CTC on onnxruntime) and the queue that owns its
     worker thread and batches the windows of concurrent requests."""
 
-    @property
-    def queue(self) -> SpeechQueue:
-        return self.scheduler
-
 
 @dataclass(eq=False)
 class RewriterHandle(_Queued["Rewriter", "Seq2SeqScheduler | Batcher"]):
@@ -274,10 +251,6 @@ class RewriterHandle(_Queued["Rewriter", "Seq2SeqScheduler | Batcher"]):
     translate_batch calls for CTranslate2: `ct2`)."""
 
     ct2: bool = False
-
-    @property
-    def rewriter(self) -> "Rewriter":
-        return self.runtime
 
     async def generate(self, inputs: list[tuple[int, ...]], params: list["DecodeParams"]) -> list[Any]:
         """Per input: its generated token lists (best first), or its exception."""

@@ -9,10 +9,8 @@ requests' items."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,10 +21,13 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.core import Catalog
+from inferd.kinds import EMBEDDER
+from inferd.runtimes.common.pooling import truncate_dims
 from inferd.service.encoders import (EmbedInput, EmbedResult, EncoderService, RerankResult, check_dimensions,
-                                     submit_prepared)
-from inferd.service.handles import EncoderHandle, ImageEmbedderRuntime
+                                     check_embed_request)
+from inferd.service.handles import ImageEmbedderRuntime
 from inferd.service.input_limits import check_input_count
+from inferd.service.verb import Verb, items_of, raise_first
 
 Part = str | MediaRef
 ImageEmbedInput = EmbedInput | MediaRef  # what /ai/v1/embed(dings) may carry: texts, token ids, images
@@ -42,6 +43,7 @@ class ImageEmbeddingService:
                  text: EncoderService):
         self.catalog, self.registry, self.admission, self.media = catalog, registry, admission, media
         self.text = text  # text-only requests, and text models given images (their items become errors)
+        self.verb = Verb(EMBEDDER, registry, admission)
 
     async def _encode(self, spec: ModelSpec, inputs: Sequence[Any], task: str | None, per_item: bool,
                       keep_alive: float | None, dimensions: int | None = None,
@@ -50,34 +52,22 @@ class ImageEmbeddingService:
         model's dims, the text tokens used and the load time."""
         refs = [(i, x) for i, x in enumerate(inputs) if isinstance(x, MediaRef)]
         out: list[Any] = list(inputs)
-        async with self.admission.slot(self.media.weight([r for _, r in refs])):
+        async with self.verb.slot(self.media.weight([r for _, r in refs])):
             async with self.media.admit([r for _, r in refs], per_item=per_item) as grant:
                 decoded = await decode_all(grant)
+                raise_first(decoded, per_item)
                 for (i, _), img in zip(refs, decoded):
-                    if isinstance(img, InferdError) and not per_item:
-                        raise img
                     out[i] = img
-                t0 = time.perf_counter()
-                async with self.registry.use(spec.name, [ModelKind.EMBEDDER], keep_alive) as handle:
-                    h: EncoderHandle[ImageEmbedderRuntime] = handle
-                    rt = h.encoder
-                    load_seconds = time.perf_counter() - t0
+                async with self.verb.hold(spec.name, keep_alive) as held:
+                    # an embedder with the 'image' capability: its runtime is a dual encoder
+                    rt = cast(ImageEmbedderRuntime, held.handle.runtime)
                     check_dimensions(dimensions, rt.dims)
                     rt.prefix(task)  # an unknown task_type is the whole request's error
-                    prepared = await asyncio.to_thread(_prepare, rt, out, task, truncate)
-                    ok, vecs = await submit_prepared(h, prepared, per_item)
-                    dims = rt.dims
-        tokens = 0
-        for i, v in zip(ok, vecs):
-            if isinstance(v, BaseException):
-                if not per_item:
-                    raise v
-                prepared[i] = v if isinstance(v, InferdError) else InvalidInput(str(v))
-                continue
-            if not isinstance(inputs[i], MediaRef):
-                tokens += len(prepared[i])
-            prepared[i] = v
-        return prepared, dims, tokens, load_seconds
+                    # decoded images are heavy to preprocess: always on a worker thread
+                    ran = await self.verb.each(held.handle, lambda: _prepare(rt, out, task, truncate), None,
+                                               per_item)
+        tokens = sum(len(ran.prepared[i]) for i, _ in ran.done if not isinstance(inputs[i], MediaRef))
+        return items_of(ran), rt.dims, tokens, held.load_seconds
 
     async def embed(self, model: str | None, inputs: Sequence[Any], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
@@ -91,20 +81,10 @@ class ImageEmbeddingService:
             errs: list[EmbedInput] = [no_image_support(spec, f"input[{i}]") if isinstance(x, MediaRef) else x
                                       for i, x in enumerate(inputs)]
             return await self.text.embed(model, errs, **kw)
-        if not inputs:
-            raise InvalidInput("'input' must not be empty", "input")
-        check_input_count(len(inputs), self.text.max_inputs, "inputs")
-        if dimensions is not None and dimensions < 1:
-            raise InvalidInput("dimensions must be at least 1", "dimensions")
-        if not per_item:
-            for x in inputs:
-                if isinstance(x, InferdError):
-                    raise x
+        check_embed_request(inputs, self.text.max_inputs, dimensions, per_item)
         items, dims, tokens, load = await self._encode(spec, inputs, task, per_item, keep_alive, dimensions,
                                                        truncate)
         if dimensions is not None:
-            from inferd.runtimes.common.pooling import truncate_dims
-
             items = [truncate_dims(v, dimensions) if isinstance(v, np.ndarray) else v for v in items]
         return EmbedResult(spec.name, dimensions or dims, False, items, tokens, load)
 

@@ -11,15 +11,14 @@ from importlib import metadata
 from typing import Any
 
 from inferd import __version__
+from inferd.kinds import GENERATOR
 from inferd.chat.sandbox import RenderLimits, render_limits
 from inferd.chat.templates import render_chat
 from inferd.errors import CapabilityMissing, InvalidInput
-from inferd.models import ModelKind
 from inferd.service.generation import (CHARS_PER_TOKEN_CAP, MIN_RENDER_CHARS, RESERVED_TEMPLATE_KWARGS,
                                        TEMPLATE_SECONDS, GenerationService)
 from inferd.service.prep import cancel_flag
 
-GEN = [ModelKind.GENERATOR]
 
 
 def build_info() -> str:
@@ -46,8 +45,8 @@ class Props:
 
 async def props(gen: GenerationService, model: str | None) -> Props:
     spec = gen.spec(model)
-    async with gen.registry.use(spec.name, GEN) as handle:
-        rt, engine = handle.backend, handle.engine
+    async with gen.registry.use(spec.name, GENERATOR) as handle:
+        rt, engine = handle.runtime, handle.scheduler
         path = getattr(getattr(rt, "model", None), "path", spec.path)
         return Props(model=spec.name, model_path=str(path or ""), n_ctx=rt.n_ctx_seq,
                      total_slots=len(engine.slots), busy_slots=engine.active, chat_template=rt.chat_template or "",
@@ -67,8 +66,8 @@ async def apply_template(gen: GenerationService, model: str | None, messages: li
         raise InvalidInput(f"chat_template_kwargs may not set {sorted(bad)[0]!r}: the server sets it",
                            "chat_template_kwargs")
     spec = gen.spec(model)
-    async with gen.registry.use(spec.name, GEN) as handle:
-        rt = handle.backend
+    async with gen.registry.use(spec.name, GENERATOR) as handle:
+        rt = handle.runtime
         if not rt.chat_template:
             raise CapabilityMissing(f"model '{spec.name}' has no chat template")
         template = rt.chat_template

@@ -27,6 +27,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from inferd.kinds import GENERATOR
 from inferd.errors import InvalidInput, ModelLoadFailed, NotFound
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
@@ -35,7 +36,6 @@ from inferd.scheduling.jobs import Adapters
 from inferd.service.handles import GeneratorHandle
 from inferd.types import LoraRef
 
-GEN = [ModelKind.GENERATOR]
 MAX_SCALE = 100.0  # |scale| beyond this is no adapter, only overflow
 
 
@@ -168,12 +168,12 @@ class LoraService:
         chosen = {n: s for n, s in chosen.items() if s != 0.0}
         async with self._lock(spec.name):
             previous = self.label(self.chosen.get(spec.name))
-            async with self.registry.use(spec.name, GEN) as handle:
+            async with self.registry.use(spec.name, GENERATOR) as handle:
                 if not isinstance(handle, GeneratorHandle):
                     raise InvalidInput(f"model '{spec.name}' does not support LoRA adapters", "model")
                 key = self.paths(spec, chosen)
                 for path, _s in key:  # a bad file is this call's 400, before it becomes the default
-                    await asyncio.to_thread(handle.backend.load_adapter, path)
+                    await asyncio.to_thread(handle.runtime.load_adapter, path)
                 self.chosen[spec.name] = chosen
                 await handle.set_lora(self.label(chosen), key)
         return previous
@@ -187,7 +187,7 @@ class LoraService:
             if handle.lora != self.label(chosen):
                 key = self.paths(spec, chosen)
                 for path, _s in key:
-                    await asyncio.to_thread(handle.backend.load_adapter, path)
+                    await asyncio.to_thread(handle.runtime.load_adapter, path)
                 await handle.set_lora(self.label(chosen), key)
 
     async def for_request(self, spec: ModelSpec, handle: GeneratorHandle, refs: list[LoraRef] | None
@@ -198,7 +198,7 @@ class LoraService:
             return None
         key = self.paths(spec, self.resolve(spec, refs))
         for path, _s in key:
-            await asyncio.to_thread(handle.backend.load_adapter, path)
+            await asyncio.to_thread(handle.runtime.load_adapter, path)
         return key
 
 

@@ -356,17 +356,6 @@ class ModelManager:
                 self._meta[key] = {}
         return self._meta[key]
 
-    # ---- load control -------------------------------------------------------------------------
-    async def load(self, name: str) -> ModelSpec:
-        spec = self.registry.resolve(name)
-        async with self.registry.use(spec.name):
-            pass
-        return self.registry.specs.get(self.registry.aliases.get(spec.name, spec.name), spec)
-
-    async def unload(self, name: str) -> tuple[ModelSpec, bool]:
-        spec = self.registry.resolve_served(name)
-        return spec, await self.registry.unload(spec.name)
-
 
 def _model_files(path: Path) -> dict[str, Path]:
     """The files of a model (folder or single GGUF), by their path in the folder, manifest excluded."""

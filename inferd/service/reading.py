@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inferd.errors import InferdError, InvalidInput, ModelNotSupported
+from inferd.errors import InvalidInput, ModelNotSupported
+from inferd.kinds import READER
 from inferd.media.sources import MediaRef
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.core import Catalog
-from inferd.service.handles import EncoderHandle, ReaderRuntime
+from inferd.service.verb import Verb, raise_first
 from inferd.types import ReadItem, ReadOutput
 
 MAX_IMAGES = 64           # images per /read request
@@ -49,6 +49,7 @@ class ReadResult:
 class ReadingService:
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, media: MediaAdmission):
         self.catalog, self.registry, self.admission, self.media = catalog, registry, admission, media
+        self.verb = Verb(READER, registry, admission)
 
     def spec_for(self, model: str | None) -> ModelSpec:
         spec = self.catalog.resolve(model, ModelKind.READER)
@@ -72,24 +73,20 @@ class ReadingService:
         budget = self.media.limits.read_budget(len(refs))
         # Admission before model resolution (spec 003): an overloaded server answers 503
         # without looking the model up, fetching or loading anything.
-        async with self.admission.slot(self.media.weight(refs, per_two_images=True, budget=budget)):
+        async with self.verb.slot(self.media.weight(refs, per_two_images=True, budget=budget)):
             spec = self.spec_for(model)
             async with self.media.admit(refs, budget=budget, per_image=self.media.limits.per_image_bytes) as grant:
                 images = await decode_all(grant)
-                for x in images:
-                    if isinstance(x, InferdError):
-                        raise x
+                raise_first(images, per_item=False)
                 items = [ReadItem(img, prompt, max_tokens, threading.Event()) for img in images]
-                t0 = time.perf_counter()
-                async with self.registry.use(spec.name, [ModelKind.READER], keep_alive) as handle:
-                    load_seconds = time.perf_counter() - t0
-                    h: EncoderHandle[ReaderRuntime] = handle
+                async with self.verb.hold(spec.name, keep_alive) as held:
+                    h = held.handle
                     for it in items:
-                        h.encoder.check(it)
+                        h.runtime.check(it)
                     try:
-                        outs = await h.batcher.submit(items, [1] * len(items))
+                        outs = await h.scheduler.submit(items, [1] * len(items))
                     except asyncio.CancelledError:  # the client left: a running decode stops at its next step
                         for it in items:
                             it.stop.set()
                         raise
-        return ReadResult(spec.name, list(outs), load_seconds)
+        return ReadResult(spec.name, list(outs), held.load_seconds)

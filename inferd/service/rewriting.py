@@ -5,32 +5,33 @@ RewriterHandle; its loader is the rewriter kind's (inferd/kinds/rewriter.py).
 rewrite(): resolve the served name (unknown -> 404, wrong kind -> 400), validate the options
 against the model's generation_config.json, take an admission slot, tokenize (an input over
 the model's limit is cut and flagged, or refused with truncate=False), then hand every input
-to the model's scheduler, which encodes and decodes it together with whatever else is running.
-With per_item, a bad input becomes that item's error instead of failing the request."""
+to the model's scheduler, which encodes and decodes it together with whatever else is running
+(service/verb.py's pipeline). With per_item, a bad input becomes that item's error instead of
+failing the request."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferd.service.input_limits import DEFAULT_MAX_BATCH_INPUTS, check_input_count
 from inferd.errors import InferdError, InferenceFailed, InvalidInput
+from inferd.kinds import REWRITER
 from inferd.models import ModelKind
+from inferd.service.verb import Verb, total_chars
 
 if TYPE_CHECKING:  # the runtime modules import tokenizers/onnxruntime: only when a rewriter loads
     from inferd.registry.registry import Registry
     from inferd.scheduling.admission import Admission
     from inferd.service.core import Catalog
     from inferd.runtimes.seq2seq.model import Rewriter
+    from inferd.service.handles import RewriterHandle
 
 log = logging.getLogger("inferd.service.rewriting")
 
 MAX_NEW_TOKENS = 1024     # max_tokens ceiling (the decoder's own max_length is the default)
-_INLINE_CHARS = 2000      # inputs this small are tokenized on the event loop (tens of microseconds)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class RewritingService:
                  max_inputs: int = DEFAULT_MAX_BATCH_INPUTS):
         self.catalog, self.registry, self.admission = catalog, registry, admission
         self.max_inputs = max_inputs  # --max-batch-inputs, as on every route that takes a list
+        # a failed generation of one input is that input's error (with per_item)
+        self.verb = Verb(REWRITER, registry, admission, failed=lambda e: InferenceFailed(str(e)))
 
     async def rewrite(self, model: str | None, inputs: Sequence[str], options: RewriteOptions, *, per_item: bool = False,
                       truncate: bool = True, keep_alive: float | None = None) -> RewriteResult:
@@ -88,34 +91,25 @@ class RewritingService:
         if not inputs:
             raise InvalidInput("'inputs' must not be empty", "inputs")
         check_input_count(len(inputs), self.max_inputs)
-        async with self.admission.slot():
-            t0 = time.perf_counter()
-            async with self.registry.use(spec.name, [ModelKind.REWRITER], keep_alive) as handle:
-                load_seconds = time.perf_counter() - t0
-                rw = handle.rewriter
-                params = rw.params(options)  # a bad option fails the whole request
-                if sum(len(x) for x in inputs) <= _INLINE_CHARS:  # a thread hop costs more than this
-                    items = _prepare(rw, inputs, truncate)
-                else:
-                    items = await asyncio.to_thread(_prepare, rw, inputs, truncate)
-                if not per_item:
-                    for it in items:
-                        if it.error is not None:
-                            raise it.error
-                ok = [i for i, it in enumerate(items) if it.error is None]
-                ids = [items[i].tokens[0] for i in ok]
-                for i in ok:
-                    items[i].tokens = []
-                outs = await handle.generate([tuple(x) for x in ids], [params] * len(ok))
-                for i, out in zip(ok, outs):
-                    if isinstance(out, BaseException):
-                        if not per_item:
-                            raise out
-                        items[i].error = out if isinstance(out, InferdError) else InferenceFailed(str(out))
-                        continue
-                    items[i].tokens = [list(t) for t in out]
-                    items[i].texts = [rw.text(t) for t in out]
-        return RewriteResult(spec.name, items, rw.architecture, load_seconds)
+        async with self.verb.use(spec.name, keep_alive) as held:
+            rw = held.handle.runtime
+            params = rw.params(options)  # a bad option fails the whole request
+
+            async def submit(h: "RewriterHandle", ready: list[RewriteItem]) -> list[Any]:
+                ids = [tuple(it.tokens[0]) for it in ready]
+                for it in ready:
+                    it.tokens = []
+                return await h.generate(ids, [params] * len(ready))
+
+            ran = await self.verb.each(held.handle, lambda: _prepare(rw, inputs, truncate), total_chars(inputs),
+                                       per_item, submit, error_of=lambda it: it.error)
+            items = ran.prepared
+            for i, err in ran.failed:
+                items[i].error = err
+            for i, out in ran.done:
+                items[i].tokens = [list(t) for t in out]
+                items[i].texts = [rw.text(t) for t in out]
+        return RewriteResult(spec.name, items, rw.architecture, held.load_seconds)
 
 
 def _prepare(rw: "Rewriter", inputs: Sequence[str], truncate: bool) -> list[RewriteItem]:

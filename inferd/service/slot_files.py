@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import InferenceFailed, InvalidInput, NotFound, NotImplementedYet
+from inferd.kinds import GENERATOR
 from inferd.models import ModelKind
 
 ACTIONS = ("save", "restore", "erase")
@@ -60,8 +61,8 @@ async def slot_action(svc: Any, folder: Path | None, id_slot: int, action: str, 
         raise NotImplementedYet("This server does not support slots action. Start it with --slot-save-path")
     name = check_filename(filename) if action != "erase" else None
     spec_name = pick_generator(svc, model)
-    async with svc.registry.use(spec_name) as rt:
-        engine = rt.engine
+    async with svc.registry.use(spec_name, GENERATOR) as handle:
+        engine = handle.scheduler
         if not 0 <= id_slot < len(engine.slots):
             raise InvalidInput(f"Invalid slot ID {id_slot}: this model has slots 0-{len(engine.slots) - 1}", "id_slot")
         if action == "restore" and not (folder / str(name)).is_file():

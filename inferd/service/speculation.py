@@ -16,7 +16,7 @@ from inferd.types import EngineControls
 
 
 def check_controls(ctl: EngineControls, spec: ModelSpec, handle: GeneratorHandle) -> None:
-    loaded = getattr(handle.backend, "cache_dtype", "f16")
+    loaded = getattr(handle.runtime, "cache_dtype", "f16")
     if ctl.cache_dtype is not None and ctl.cache_dtype != loaded:
         raise InvalidInput(f"cache_dtype: model '{spec.name}' is loaded with a {loaded} KV cache; this request "
                            f"asks for {ctl.cache_dtype}. Accepted: \"{loaded}\" or omitted (the cache type is "
@@ -56,4 +56,4 @@ def _draft_model(name: str, spec: ModelSpec, handle: GeneratorHandle, catalog: C
     make = handle.make_draft
     if make is None:
         raise InvalidInput(f"draft_model: model '{spec.name}' cannot load draft models", "draft_model")
-    return handle.engine.drafters.get(dspec.name, lambda: make(dspec))
+    return handle.scheduler.drafters.get(dspec.name, lambda: make(dspec))

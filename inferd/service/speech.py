@@ -17,12 +17,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from inferd.errors import InvalidInput, PayloadTooLarge
+from inferd.kinds import TRANSCRIBER
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.speech_types import FALLBACK_TEMPERATURES, ChunkResult, DecodeOptions, Segment
 from inferd.scheduling.admission import Admission
 from inferd.service.core import Catalog
 from inferd.service.handles import TranscriberHandle
+from inferd.service.verb import Verb
 
 TASKS = ("transcribe", "translate")
 MAX_PROMPT_CHARS = 4000   # Whisper keeps the last 223 prompt tokens anyway
@@ -133,6 +135,7 @@ class TranscriptionStream:
 class SpeechService:
     def __init__(self, catalog: Catalog, registry: Registry, admission: Admission, limits: SpeechLimits):
         self.catalog, self.registry, self.admission, self.limits = catalog, registry, admission, limits
+        self.verb = Verb(TRANSCRIBER, registry, admission)
 
     def spec(self, model: str | None) -> ModelSpec:
         return self.catalog.resolve(model, ModelKind.TRANSCRIBER)
@@ -151,9 +154,7 @@ class SpeechService:
         container_of(req.audio)  # not an accepted container (a playlist, an SDP ...): 400 before a slot is taken
         stack = contextlib.AsyncExitStack()
         try:
-            await stack.enter_async_context(self.admission.slot())
-            handle = await stack.enter_async_context(self.registry.use(spec.name, [ModelKind.TRANSCRIBER]))
-            assert isinstance(handle, TranscriberHandle)
+            handle = (await stack.enter_async_context(self.verb.use(spec.name))).handle
             rt = handle.runtime
             rt.check(opts, req.language)
             from inferd.runtimes.speech.audio import decode
@@ -175,14 +176,14 @@ class SpeechService:
                    detect: bool) -> AsyncIterator[ChunkResult]:
         rest = chunks
         if detect and len(chunks) > 1:  # the first window names the language of all the others
-            (fut,) = handle.queue.submit(chunks[:1], opts)
+            (fut,) = handle.scheduler.submit(chunks[:1], opts)
             stream._futures.append(fut)
             first = await fut
             yield first
             for c in chunks[1:]:
                 c.language = first.language
             rest = chunks[1:]
-        futs = handle.queue.submit(rest, opts)
+        futs = handle.scheduler.submit(rest, opts)
         stream._futures.extend(futs)
         for fut in futs:
             yield await fut

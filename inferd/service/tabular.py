@@ -62,7 +62,7 @@ class TabularService:
         async with self.admission.slot():
             async with self.registry.use(spec.name, [ModelKind.PREDICTOR]) as handle:
                 assert isinstance(handle, PredictorHandle)
-                return await asyncio.to_thread(_run, handle.predictor, rows)
+                return await asyncio.to_thread(_run, handle.runtime, rows)
 
 
 def _run(predictor: PredictorRuntime, rows: Rows) -> PredictResult:

@@ -221,6 +221,6 @@ router = APIRouter(prefix="/ai/v1")
 @router.post("/extract")
 async def extract(req: ExtractRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     per_item = req.error_policy == "per_item"
-    r = await cancel_on_disconnect(request, svc.extraction.extract(
+    r = await cancel_on_disconnect(request, svc.extract(
         req.model, inputs_of(req), schema_of(req), options_of(req), per_item=per_item))
     return JSONResponse(extract_response(req, r, per_item))

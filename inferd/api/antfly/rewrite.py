@@ -69,6 +69,6 @@ router = APIRouter(prefix="/ai/v1")
 @router.post("/rewrite")
 async def rewrite(req: RewriteRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     per_item = req.error_policy == "per_item"
-    r = await cancel_on_disconnect(request, svc.rewriting.rewrite(req.model, req.inputs, options(req),
+    r = await cancel_on_disconnect(request, svc.rewrite(req.model, req.inputs, options(req),
                                                                   per_item=per_item, truncate=req.truncate))
     return JSONResponse(rewrite_response(r, per_item))

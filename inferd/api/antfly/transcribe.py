@@ -13,7 +13,6 @@ from starlette.responses import JSONResponse
 
 from inferd.api.deps import get_service
 from inferd.api.openai.audio import language_of
-from inferd.api.openai.files import read_audio
 from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.service import InferenceService
@@ -53,10 +52,10 @@ def response(t: Transcription) -> dict:
 
 @router.post("/transcribe")
 async def transcribe(body: TranscribeBody, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
-    svc.speech.spec(body.model)  # unknown model: 404 before the audio is looked at
+    svc.transcriber_spec(body.model)  # unknown model: 404 before the audio is looked at
     limit = svc.settings.max_audio_bytes
     ref = body.audio.strip()
     # "-" is not in the base64 alphabet: a file id can never be mistaken for audio bytes.
-    audio = await read_audio(request, ref, limit, "audio") if ref.startswith("file-") else audio_bytes(ref, limit)
+    audio = await svc.read_audio_file(ref, limit, "audio") if ref.startswith("file-") else audio_bytes(ref, limit)
     req = TranscribeRequest(model=body.model, audio=audio, language=language_of(body.language))
-    return JSONResponse(response(await cancel_on_disconnect(request, svc.speech.transcribe(req))))
+    return JSONResponse(response(await cancel_on_disconnect(request, svc.transcribe(req))))

@@ -365,7 +365,7 @@ class Run:
     def __init__(self, body: CompletionBody, req: GenerateRequest, stream: GenerationStream, prompt_text: str):
         self.body, self.req, self.prompt_text = body, req, prompt_text
         self.model, self._stream = stream.model, stream
-        self.n_ctx: int | None = getattr(stream.handle.backend, "n_ctx_seq", None)
+        self.n_ctx: int | None = getattr(stream.handle.runtime, "n_ctx_seq", None)
 
     @property
     def id_slot(self) -> int:

@@ -96,27 +96,26 @@ async def _noop() -> None:
 @router.post("/pull")
 async def pull(body: PullBody, request: Request, svc: InferenceService = Depends(get_service)):
     name = _name(body.model, body.name)
-    mgr = svc.models_mgr
     # hub=False: Ollama's `namespace/model` is its own registry's; an `hf.co/...` name still goes
     # to the Hub (the service tells the two apart, so this face parses no names)
-    await mgr.check_pull(name, hub=False, insecure=body.insecure)  # 403/400 before any byte
+    await svc.check_pull(name, hub=False, insecure=body.insecure)  # 403/400 before any byte
     if not body.stream:
-        await cancel_on_disconnect(request, mgr.pull(name, hub=False, insecure=body.insecure))
+        await cancel_on_disconnect(request, svc.pull_model(name, hub=False, insecure=body.insecure))
         return {"status": "success"}
     q: asyncio.Queue = asyncio.Queue()
-    work = mgr.pull(name, q.put_nowait, hub=False, insecure=body.insecure)
+    work = svc.pull_model(name, q.put_nowait, hub=False, insecure=body.insecure)
     return ndjson_response(_progress(work, q), _noop)
 
 
 @router.delete("/delete")
 async def delete(body: DeleteBody, svc: InferenceService = Depends(get_service)) -> Response:
-    await svc.models_mgr.delete(_name(body.model, body.name))
+    await svc.delete_model(_name(body.model, body.name))
     return Response(status_code=200)
 
 
 @router.post("/copy")
 async def copy(body: CopyBody, svc: InferenceService = Depends(get_service)) -> Response:
-    await svc.models_mgr.copy(body.source, body.destination)
+    await svc.copy_model(body.source, body.destination)
     return Response(status_code=200)
 
 
@@ -133,8 +132,8 @@ async def create(body: CreateBody, svc: InferenceService = Depends(get_service))
         raise InvalidInput("parameters must be an object", "parameters")
 
     async def work() -> None:
-        await svc.models_mgr.create(name, source=body.from_, files=body.files, template=body.template,
-                                    system=body.system, parameters=params)
+        await svc.create_model(name, source=body.from_, files=body.files, template=body.template,
+                               system=body.system, parameters=params)
 
     if not body.stream:
         await work()
@@ -152,12 +151,12 @@ async def create(body: CreateBody, svc: InferenceService = Depends(get_service))
 
 @router.head("/blobs/{digest}")
 async def has_blob(digest: str, svc: InferenceService = Depends(get_service)) -> Response:
-    svc.models_mgr.blob_path(digest, must_exist=True)
+    svc.check_blob(digest)
     return Response(status_code=200)
 
 
 @router.post("/blobs/{digest}")
 async def upload_blob(digest: str, request: Request, svc: InferenceService = Depends(get_service)) -> Response:
     length = request.headers.get("content-length")
-    await svc.models_mgr.save_blob(digest, request.stream(), int(length) if length and length.isdigit() else None)
+    await svc.save_blob(digest, request.stream(), int(length) if length and length.isdigit() else None)
     return JSONResponse({}, status_code=201)

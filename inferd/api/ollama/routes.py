@@ -32,6 +32,6 @@ async def ps(svc: InferenceService = Depends(get_service)) -> dict:
 @router.post("/show")
 async def show(req: ShowRequest, svc: InferenceService = Depends(get_service)) -> dict:
     spec = svc.resolve_served(req.model or req.name, *convert.ollama_kinds())
-    meta = await asyncio.to_thread(svc.models_mgr.gguf_metadata, spec)
+    meta = await asyncio.to_thread(svc.gguf_metadata, spec)
     template = await svc.chat_template(spec)
     return convert.show(spec, svc.started_at, meta, template, model_info.capabilities(spec, template))

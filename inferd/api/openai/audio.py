@@ -19,7 +19,6 @@ from starlette.datastructures import UploadFile
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from inferd.api.deps import get_service
-from inferd.api.openai.files import read_audio
 from inferd.api.streaming import cancel_on_disconnect, sse_response
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.speech_types import Segment
@@ -194,13 +193,13 @@ async def _audio(request: Request, svc: InferenceService, task: str) -> Response
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         granularities = [g for k in ("timestamp_granularities[]", "timestamp_granularities")
                          for g in form.getlist(k) if isinstance(g, str)]
-        audio = await _read_file(request, form.get("file") or form.get("file_id"), svc.settings.max_audio_bytes)
+        audio = await _read_file(svc, form.get("file") or form.get("file_id"), svc.settings.max_audio_bytes)
     finally:
         await form.close()
     req, fmt, stream = transcribe_request(fields, granularities, audio, task)
     if stream:
         return await _stream(svc, req)
-    t = await cancel_on_disconnect(request, svc.speech.transcribe(req))  # a gone client's windows are dropped
+    t = await cancel_on_disconnect(request, svc.transcribe(req))  # a gone client's windows are dropped
     if fmt == "text":
         return PlainTextResponse(t.text + "\n")
     if fmt == "srt":
@@ -212,13 +211,13 @@ async def _audio(request: Request, svc: InferenceService, task: str) -> Response
     return JSONResponse(json_body(t))
 
 
-async def _read_file(request: Request, item: Any, limit: int) -> bytes:
+async def _read_file(svc: InferenceService, item: Any, limit: int) -> bytes:
     """The audio of a form: an uploaded file, or a `file-...` id of one stored with /v1/files
     (in `file` or `file_id`)."""
     if item is None:
         raise InvalidInput("'file' is required: a multipart audio file or a file-... id from /v1/files", "file")
     if isinstance(item, str) and item.strip().startswith("file-"):
-        return await read_audio(request, item.strip(), limit, "file")
+        return await svc.read_audio_file(item.strip(), limit, "file")
     if not isinstance(item, UploadFile):
         raise InvalidInput("'file' must be an uploaded audio file (multipart) or a file-... id, not other text",
                            "file")
@@ -231,7 +230,7 @@ async def _read_file(request: Request, item: Any, limit: int) -> bytes:
 
 
 async def _stream(svc: InferenceService, req) -> Response:
-    stream = await svc.speech.open(req)  # request errors are a normal error response, before any byte
+    stream = await svc.open_transcription(req)  # request errors are a normal error response, before any byte
 
     clock = _Clock()
 

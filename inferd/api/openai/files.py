@@ -1,47 +1,32 @@
-"""OpenAI `/v1/files`: upload, list, retrieve, content, delete. Thin: FileStore does the work
-(on a worker thread, as it touches the disk)."""
+"""OpenAI `/v1/files`: upload, list, retrieve, content, delete. Thin: the service's file store
+does the work (InferenceService.upload_file, ...; on a worker thread, as it touches the disk)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from typing import Literal
 
-from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.responses import FileResponse
 
+from inferd.api.deps import get_service
 from inferd.errors import InvalidInput
-from inferd.storage.files import FileStore
+from inferd.service import InferenceService
 
 router = APIRouter()
 
 
-def store_of(request: Request) -> FileStore:
-    """One store per app, made from its settings on first use."""
-    st = request.app.state
-    if getattr(st, "files", None) is None:
-        s = st.settings
-        st.files = FileStore.for_data_dir(s.data_dir, max_file_bytes=s.max_file_bytes,
-                                          max_total_bytes=s.max_files_total_bytes)
-    return st.files
-
-
-async def read_audio(request: Request, file_id: str, limit: int, where: str) -> bytes:
-    """A stored audio file named by its `file-...` id in a speech request."""
-    return await asyncio.to_thread(store_of(request).read_audio, file_id, limit, where)
-
-
 @router.post("/v1/files")
-async def upload(request: Request, file: UploadFile = File(...), purpose: str = Form(...)) -> dict:
-    store = store_of(request)
-    return await asyncio.to_thread(store.create, file.file, file.filename or "upload", purpose, file.size)
+async def upload(file: UploadFile = File(...), purpose: str = Form(...),
+                 svc: InferenceService = Depends(get_service)) -> dict:
+    return await svc.upload_file(file.file, file.filename or "upload", purpose, file.size)
 
 
 @router.get("/v1/files")
-async def list_files(request: Request, purpose: str | None = None, limit: int = Query(10000, ge=1, le=10000),
-                     order: Literal["asc", "desc"] = "desc", after: str | None = None) -> dict:
+async def list_files(purpose: str | None = None, limit: int = Query(10000, ge=1, le=10000),
+                     order: Literal["asc", "desc"] = "desc", after: str | None = None,
+                     svc: InferenceService = Depends(get_service)) -> dict:
     """OpenAI's cursor page: newest first by default; `after` is the last id of the previous page."""
-    files = await asyncio.to_thread(store_of(request).list, purpose)
+    files = await svc.list_files(purpose)
     if order == "asc":
         files.reverse()
     if after is not None:
@@ -55,17 +40,16 @@ async def list_files(request: Request, purpose: str | None = None, limit: int = 
 
 
 @router.get("/v1/files/{file_id}")
-async def retrieve(request: Request, file_id: str) -> dict:
-    return await asyncio.to_thread(store_of(request).get, file_id)
+async def retrieve(file_id: str, svc: InferenceService = Depends(get_service)) -> dict:
+    return await svc.file_info(file_id)
 
 
 @router.get("/v1/files/{file_id}/content")
-async def content(request: Request, file_id: str) -> FileResponse:
-    store = store_of(request)
-    meta = await asyncio.to_thread(store.get, file_id)
-    return FileResponse(store.root / meta["id"], media_type=meta["content_type"], filename=meta["filename"])
+async def content(file_id: str, svc: InferenceService = Depends(get_service)) -> FileResponse:
+    path, meta = await svc.file_content(file_id)
+    return FileResponse(path, media_type=meta["content_type"], filename=meta["filename"])
 
 
 @router.delete("/v1/files/{file_id}")
-async def delete(request: Request, file_id: str) -> dict:
-    return await asyncio.to_thread(store_of(request).delete, file_id)
+async def delete(file_id: str, svc: InferenceService = Depends(get_service)) -> dict:
+    return await svc.delete_file(file_id)

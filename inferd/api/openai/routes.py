@@ -22,9 +22,7 @@ def _meta(svc: InferenceService, spec: ModelSpec) -> dict[str, Any]:
     header (cached), the slot context of a loaded generator. Blocking: called in a thread."""
     if spec.format != "gguf":
         return {}
-    loaded = svc.registry.loaded.get(spec.name)
-    backend = getattr(getattr(loaded, "model", None), "backend", None)
-    return convert.model_meta(svc.models_mgr.gguf_metadata(spec), getattr(backend, "n_ctx_seq", None))
+    return convert.model_meta(svc.gguf_metadata(spec), svc.slot_context(spec))
 
 
 @router.get("/v1/models")
