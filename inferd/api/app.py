@@ -156,7 +156,7 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     app.add_middleware(JsonByDefault)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, api_key=settings.api_key.get_secret_value())
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=upload_limits(settings, service.media.limits))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=upload_limits(settings, service.media_limits))
     # BrowserGuard has refused every disallowed Origin before CORS runs, so CORS may echo any
     # origin that reaches it (a "*" would also answer pages we never allowed).
     app.add_middleware(CORSMiddleware, allow_origin_regex=".*", allow_methods=["*"],

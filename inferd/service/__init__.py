@@ -300,6 +300,11 @@ class InferenceService:
         """What the server does with models (/models/events): downloading, loading, loaded, ..."""
         return self.models_mgr.events.subscribe()
 
+    @property
+    def media_limits(self) -> MediaLimits:
+        """The image and audio limits (the body-limit middleware sizes upload routes by them)."""
+        return self.media.limits
+
     # ---- files (/v1/files) -----------------------------------------------------------------------
     @property
     def files(self) -> FileStore:
