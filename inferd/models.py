@@ -27,6 +27,7 @@ class ModelKind(str, Enum):
     EXTRACTOR = "extractor"
     CLASSIFIER = "classifier"
     PREDICTOR = "predictor"
+    SPEAKER = "speaker"
 
     @property
     def plural(self) -> str:

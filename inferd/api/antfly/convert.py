@@ -6,11 +6,10 @@ from typing import Any, Callable
 
 from inferd.api.antfly.schemas import ChunkRequest
 from inferd.errors import InvalidInput
+from inferd.kinds import KINDS
 from inferd.models import ModelKind, ModelSpec
 from inferd.service import ChunkResult
 from inferd.text.chunking import FixedConfig
-
-_INPUTS = {ModelKind.READER: ["image"], ModelKind.TRANSCRIBER: ["audio"], ModelKind.PREDICTOR: ["tabular"]}
 
 
 def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allow_downloads: bool,
@@ -26,14 +25,14 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
             continue  # predictors live under /ml/v1
         out["data"].append({"id": s.name, "object": "model", "created": created, "owned_by": "inferd",
                             "type": s.kind.value})
+        kind = KINDS[s.kind]  # its inputs and its own catalog fields (a rewriter's architecture, a voice's voices)
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
                                       "inputs": (["text", "image"] if "image" in s.capabilities
-                                                 else _INPUTS.get(s.kind, ["text"])), "format": s.format,
+                                                 else list(kind.inputs)), "format": s.format,
                                       **({"unsupported": s.manifest["unsupported"]} if s.manifest.get("unsupported")
                                          else {}),
+                                      **(kind.catalog(s) if kind.catalog else {}),
                                       **(extras(s) if extras else {})}
-        if s.kind is ModelKind.REWRITER:
-            out[s.kind.plural][s.name]["architecture"] = s.manifest.get("architecture")
     return out
 
 
