@@ -25,13 +25,13 @@ def models(specs: list[ModelSpec], backends: dict[str, bool], created: int, allo
             continue  # predictors live under /ml/v1
         out["data"].append({"id": s.name, "object": "model", "created": created, "owned_by": "inferd",
                             "type": s.kind.value})
-        kind = KINDS[s.kind]  # its inputs and its own catalog fields (a rewriter's architecture, a voice's voices)
+        facts = KINDS[s.kind]  # its inputs and its own catalog fields (a rewriter's architecture, a voice's voices)
         out[s.kind.plural][s.name] = {"capabilities": sorted(s.capabilities),
                                       "inputs": (["text", "image"] if "image" in s.capabilities
-                                                 else list(kind.inputs)), "format": s.format,
+                                                 else list(facts.inputs)), "format": s.format,
                                       **({"unsupported": s.manifest["unsupported"]} if s.manifest.get("unsupported")
                                          else {}),
-                                      **(kind.catalog(s) if kind.catalog else {}),
+                                      **(facts.catalog(s) if facts.catalog else {}),
                                       **(extras(s) if extras else {})}
     return out
 

@@ -6,6 +6,7 @@ BOS "^", then every phoneme followed by the pad "_", then EOS "$" (a phoneme the
 is dropped) -> the graph: `input` int64[b, n] (padded with the pad id), `input_lengths`
 int64[b], `scales` float[3] (noise_scale, length_scale, noise_w) and, for a voice with
 several speakers, `sid` int64[b] -> float audio [b, 1, 1, t] at the config's sample rate.
+Each utterance is peak-normalised (to PEAK), as piper-tts does by default.
 
 A batch pads every utterance to the longest, so the audio of the shorter ones would trail
 into noise: the runtime adds the graph's per-phoneme frame counts (the output of its one
@@ -32,6 +33,7 @@ log = logging.getLogger("inferd.tts")
 
 BOS, EOS, PAD = "^", "$", "_"
 _DURATIONS = "inferd_durations"   # the output name given to the Ceil node's frame counts
+PEAK = 0.95
 
 
 class PiperVoice:
@@ -138,14 +140,21 @@ class PiperVoice:
         outs = self.sess.run(None, feed)
         audio = outs[0].reshape(len(items), -1)
         if len(items) == 1:
-            return [np.ascontiguousarray(audio[0], dtype=np.float32)]
+            return [_normalized(audio[0])]
         frames = outs[1].reshape(len(items), -1).sum(axis=1)
         hop = audio.shape[1] / max(float(frames.max()), 1.0)
-        return [np.ascontiguousarray(audio[i, : int(round(frames[i] * hop))], dtype=np.float32)
-                for i in range(len(items))]
+        return [_normalized(audio[i, : int(round(frames[i] * hop))]) for i in range(len(items))]
 
     def close(self) -> None:
         self.sess = None  # type: ignore[assignment]
+
+
+def _normalized(audio: np.ndarray) -> np.ndarray:
+    """Each utterance peak-normalised, as Piper's own synthesis does by default (the raw
+    output peaks anywhere from 0.3 to over 1), to PEAK: lossy encoders overshoot a full-scale peak."""
+    peak = float(np.abs(audio).max()) if audio.size else 0.0
+    out = audio * (PEAK / peak) if peak > 1e-8 else np.zeros_like(audio)
+    return np.ascontiguousarray(out, dtype=np.float32)
 
 
 def load_piper(path: Path, threads: int = 0, name: str = "piper", max_batch: int = 8) -> PiperVoice:

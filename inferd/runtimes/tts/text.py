@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass
 
 # A clause ends at one of these followed by a space or the end; the marks are kept.
-_CLAUSE_END = re.compile(r"([.!?,;:]+)(?=\s|$)|(\n\s*\n)")
+_CLAUSE_END = re.compile(r"([.!?,;:\u2026]+)(?=\s|$)|(\n\s*\n)")
 _SENTENCE_MARKS = frozenset(".!?")
 # The longest utterance synthesised at once, in characters (about 25 s of speech).
 MAX_SENTENCE_CHARS = 400
 # A full stop after these is not the end of a sentence ("Dr. Smith", "e.g. this").
-_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "no",
+_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e",
                             "mt", "ft", "approx", "dept", "inc", "ltd", "co", "jan", "feb", "mar", "apr", "jun",
                             "jul", "aug", "sep", "sept", "oct", "nov", "dec"})
 
@@ -33,9 +33,12 @@ class Clause:
 
 
 def _mark(raw: str) -> str:
-    """The one mark a run of punctuation stands for: its last sentence mark ("?!" -> "!"),
-    else its first mark; clause marks are followed by a space as in Piper's phoneme strings."""
-    for c in reversed(raw):
+    """The one mark a run of punctuation stands for: an ellipsis is a pause inside the
+    sentence (", "), "?!" its first sentence mark ("?"), else its first mark; clause marks are
+    followed by a space as in Piper's phoneme strings."""
+    if raw.startswith("..") or raw.startswith("\u2026"):
+        return ", "
+    for c in raw:
         if c in _SENTENCE_MARKS:
             return c
     return raw[0] + " "
