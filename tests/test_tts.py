@@ -228,4 +228,5 @@ def test_closed_loop_word_error_rate_under_10_percent(client):
         errors, total = errors + e, total + len(ref)
         if e:
             misses.append((sentence, got.text))
+    print(f"closed loop: {errors} word errors in {total} words ({errors / total:.1%}); misses {misses}")
     assert errors / total <= 0.10, (errors, total, misses)
