@@ -138,6 +138,7 @@ def test_speed_changes_the_length(client, reference):
     ({"model": "no-such-voice", "input": "hi"}, 404, None, "not found"),
     ({"model": VOICE, "input": ""}, 400, "input", "empty"),
     ({"model": VOICE, "input": "   "}, 400, "input", "empty"),
+    ({"model": VOICE, "input": "... !"}, 400, "input", "nothing to speak"),
     ({"model": VOICE, "input": "x" * 4097}, 400, "input", "4096"),
     ({"model": VOICE, "input": "hi", "voice": "darth"}, 400, "voice", "unknown voice 'darth'"),
     ({"model": VOICE, "input": "hi", "response_format": "ogg"}, 400, "response_format", "ogg"),
