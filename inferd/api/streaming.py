@@ -35,7 +35,7 @@ class ClosingStream(StreamingResponse):
     """A StreamingResponse that awaits `on_close` once the response is over, whether it
     finished, failed, or was cut off by a disconnect (even before the first chunk)."""
 
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], Awaitable[None]], media_type: str,
+    def __init__(self, content: AsyncIterator[str] | AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], media_type: str,
                  headers: dict[str, str] | None = None):
         super().__init__(content, media_type=media_type, headers=headers)
         self._on_close = on_close

@@ -38,12 +38,14 @@ from inferd.kinds.predictor import PREDICTOR
 from inferd.kinds.reader import READER
 from inferd.kinds.reranker import RERANKER
 from inferd.kinds.rewriter import REWRITER
+from inferd.kinds.speaker import SPEAKER
 from inferd.kinds.spec import KindSpec
 from inferd.kinds.transcriber import TRANSCRIBER
 from inferd.models import ModelKind
 
 KINDS: dict[ModelKind, KindSpec] = {s.kind: s for s in (
-    GENERATOR, EMBEDDER, RERANKER, CHUNKER, REWRITER, READER, TRANSCRIBER, EXTRACTOR, CLASSIFIER, PREDICTOR)}
+    GENERATOR, EMBEDDER, RERANKER, CHUNKER, REWRITER, READER, TRANSCRIBER, EXTRACTOR, CLASSIFIER, PREDICTOR,
+    SPEAKER)}
 
 # An ONNX folder (or repo) nothing else claims is an embedder, the commonest export.
 FALLBACK = ModelKind.EMBEDDER
@@ -99,5 +101,5 @@ def listed_in(face: str) -> tuple[ModelKind, ...]:
 
 
 __all__ = ["CHUNKER", "CLASSIFIER", "EMBEDDER", "EXTRACTOR", "FALLBACK", "GENERATOR", "KINDS", "PREDICTOR",
-           "READER", "RERANKER", "REWRITER", "TRANSCRIBER", "AmbiguousKind", "KindSpec", "kind_dirs",
+           "READER", "RERANKER", "REWRITER", "SPEAKER", "TRANSCRIBER", "AmbiguousKind", "KindSpec", "kind_dirs",
            "kind_of_architecture", "kind_of_format", "kinds_of_pipeline", "listed_in", "parse_kind"]

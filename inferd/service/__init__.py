@@ -9,6 +9,7 @@ back, and never touch the registry themselves.
     chunking    /ai/v1/chunk with its cache; `semantic`            (chunking.py, semantic_chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
     speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
+    synthesis   text to speech (/v1/audio/speech)                  (synthesis.py)
     extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
     media       image byte and pixel budgets                       (scheduling/media.py)
     reading     /ai/v1/read on readers (OCR, TrOCR, Donut)         (reading.py)
@@ -48,6 +49,7 @@ from inferd.service.loading import Loaders, runtime_options
 from inferd.service import llama_props, model_info
 from inferd.service.lora import LoraService
 from inferd.service.speech import SpeechLimits, SpeechService, TranscribeRequest, Transcription, TranscriptionStream
+from inferd.service.synthesis import SpeakRequest, SpeechStream, SynthesisService
 from inferd.service.rewriting import RewriteOptions, RewriteResult, RewritingService
 from inferd.service.extraction import ExtractResult
 from inferd.extraction_types import ExtractOptions, ExtractSchema
@@ -93,6 +95,7 @@ class InferenceService:
         self.tabular = TabularService(self.catalog, registry, admission)
         self.speech = SpeechService(self.catalog, registry, admission,
                                     SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
+        self.synthesis = SynthesisService(self.catalog, registry, admission)
         self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
@@ -349,6 +352,13 @@ class InferenceService:
                                 documents: Sequence[Sequence[Part]]) -> RerankResult:
         return await self.images.rerank_multimodal(model, query, documents)
 
+    # ---- text to speech -----------------------------------------------------------------------
+    async def open_speech(self, req: SpeakRequest) -> SpeechStream:
+        return await self.synthesis.open(req)
+
+    async def speak(self, req: SpeakRequest) -> tuple[Any, SpeechStream]:
+        return await self.synthesis.speak(req)
+
     # ---- readers ------------------------------------------------------------------------------
     async def read(self, model: str | None, images: Sequence[MediaRef], prompt: str | None = None,
                    max_tokens: int = 256) -> ReadResult:
@@ -373,4 +383,4 @@ class InferenceService:
 
 
 __all__ = ["InferenceService", "ChunkResult", "EmbedResult", "ExtractResult", "GenerationStream", "PredictResult",
-           "RerankResult", "RewriteResult", "available_backends", "discover_all"]
+           "RerankResult", "RewriteResult", "SpeakRequest", "SpeechStream", "available_backends", "discover_all"]

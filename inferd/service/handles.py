@@ -20,6 +20,7 @@ from inferd.scheduling.batcher import Batcher
 from inferd.scheduling.generation import Backend, GenerationEngine
 from inferd.scheduling.jobs import Adapters
 from inferd.scheduling.speech import SpeechQueue, SpeechRuntime
+from inferd.scheduling.synthesis import SpeakerRuntime, SynthesisQueue
 from inferd.types import Image, SamplingParams
 
 if TYPE_CHECKING:  # the seq2seq runtime imports tokenizers: only when a rewriter loads
@@ -246,6 +247,16 @@ class TranscriberHandle(_Queued[SpeechRuntime, SpeechQueue]):
 
 
 @dataclass(eq=False)
+class SpeakerHandle(_Queued[SpeakerRuntime, SynthesisQueue]):
+    """A text-to-speech voice (Piper on onnxruntime) and the queue that owns its worker thread
+    and synthesises the sentences of concurrent requests in batches."""
+
+    @property
+    def queue(self) -> SynthesisQueue:
+        return self.scheduler
+
+
+@dataclass(eq=False)
 class RewriterHandle(_Queued["Rewriter", "Seq2SeqScheduler | Batcher"]):
     """A seq2seq rewriter and its scheduler (Seq2SeqScheduler for ONNX, a Batcher of
     translate_batch calls for CTranslate2: `ct2`)."""
@@ -266,4 +277,5 @@ class RewriterHandle(_Queued["Rewriter", "Seq2SeqScheduler | Batcher"]):
             raise
 
 
-AnyHandle = GeneratorHandle | EncoderHandle[Any] | PredictorHandle | TranscriberHandle | RewriterHandle
+AnyHandle = (GeneratorHandle | EncoderHandle[Any] | PredictorHandle | TranscriberHandle | RewriterHandle
+             | SpeakerHandle)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from inferd.kinds import listed_in
+from inferd.kinds import KINDS, listed_in
 from inferd.models import ModelKind, ModelSpec
 
 
@@ -17,8 +17,10 @@ def openai_kinds() -> tuple[ModelKind, ...]:
 
 def model_entry(spec: ModelSpec, created: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """`extra`: per-model state to show (a generator's active LoRA adapter and its adapters)."""
+    facts = KINDS[spec.kind].catalog  # the kind's own fields: a voice's voices and sample rate
     return {"id": spec.name, "object": "model", "created": created, "owned_by": "inferd",
-            "kind": spec.kind.value, "capabilities": sorted(spec.capabilities), **(extra or {})}
+            "kind": spec.kind.value, "capabilities": sorted(spec.capabilities), **(facts(spec) if facts else {}),
+            **(extra or {})}
 
 
 def model_meta(header: dict[str, Any], n_ctx: int | None = None) -> dict[str, Any]:
