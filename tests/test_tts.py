@@ -165,7 +165,7 @@ def test_bad_requests_through_the_client(client):
 
 def test_concurrent_requests_share_batches(srv, client):
     texts = [f"Request number {n} is speaking now. It has a second sentence too." for n in range(4)]
-    queue = srv.service.registry.loaded[VOICE].model.queue
+    queue = srv.service.registry.loaded[VOICE].model.scheduler
     before = queue.stats.batches, queue.stats.sentences
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda t: client.audio.speech.create(model=VOICE, input=t, voice="joe", response_format="flac").content,

@@ -251,10 +251,6 @@ class SpeakerHandle(_Queued[SpeakerRuntime, SynthesisQueue]):
     """A text-to-speech voice (Piper on onnxruntime) and the queue that owns its worker thread
     and synthesises the sentences of concurrent requests in batches."""
 
-    @property
-    def queue(self) -> SynthesisQueue:
-        return self.scheduler
-
 
 @dataclass(eq=False)
 class RewriterHandle(_Queued["Rewriter", "Seq2SeqScheduler | Batcher"]):

@@ -117,7 +117,7 @@ class SynthesisService:
             stream = SpeechStream(spec, rt.sample_rate, stack)
             stream.usage.characters = sum(u.chars for u in items)
             stream.usage.phoneme_ids = sum(u.cost for u in items)
-            stream._futures = handle.queue.submit(items)
+            stream._futures = handle.scheduler.submit(items)
             return stream
         except BaseException:
             await stack.aclose()
