@@ -55,6 +55,9 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
                                "also carry --max-file-bytes plus its form fields")
     a("--max-audio-bytes", help="largest audio upload (25MiB, bytes; default 25 MiB); larger is a 413")
     a("--max-audio-seconds", type=float, help="longest audio per request (default 1800); longer is a 413")
+    a("--realtime-max-sessions", type=int, help="open /v1/realtime transcription sessions at once (default 64)")
+    a("--realtime-max-buffer-seconds", type=float,
+      help="audio a realtime session buffers, the longest turn (default 60); more is an error event")
     a("--parallel", type=int, help="generation slots per model (default 4)")
     a("--threads", type=int, help="CPU threads per runtime (default: all cores)")
     a("-c", "--ctx-size", type=int, help="tokens of context per generator slot (default: manifest or model)")

@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_audio_bytes: int = Field(25 * 1024 * 1024, ge=1024)   # OpenAI's upload limit
     max_audio_seconds: float = Field(1800.0, gt=0)            # 30 minutes of audio per request
+    realtime_max_sessions: int = Field(64, ge=1)               # open /v1/realtime sessions at once
+    realtime_max_buffer_seconds: float = Field(60.0, gt=0, le=1800)  # audio one session buffers (one turn at most)
 
     parallel: int = Field(4, ge=1, le=256)
     ctx_size: int | None = Field(None, ge=16)   # tokens per generator slot (None: manifest or model)

@@ -9,6 +9,7 @@ back, and never touch the registry themselves.
     chunking    /ai/v1/chunk with its cache                        (chunking.py)
     tabular     /ml/v1 predictors                                  (tabular.py)
     speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
+    realtime    live transcription sessions (/v1/realtime)         (realtime.py)
     extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
     media       image byte and pixel budgets                       (scheduling/media.py)
     reading     /ai/v1/read on readers (OCR, TrOCR, Donut)         (reading.py)
@@ -40,6 +41,7 @@ from inferd.service.loading import Loaders, runtime_options
 from inferd.service import llama_props, model_info
 from inferd.service.lora import LoraService
 from inferd.service.speech import SpeechLimits, SpeechService
+from inferd.service.realtime import RealtimeLimits, RealtimeService
 from inferd.service.rewriting import RewriteResult, RewritingService
 from inferd.service.image_embed import ImageEmbeddingService, ImageEmbedInput, Part
 from inferd.service.reading import ReadingService, ReadResult
@@ -81,6 +83,9 @@ class InferenceService:
         self.tabular = TabularService(self.catalog, registry, admission)
         self.speech = SpeechService(self.catalog, registry, admission,
                                     SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
+        # /v1/realtime transcription sessions: turns go through the speech service's queue
+        self.realtime = RealtimeService(self.speech, RealtimeLimits(settings.realtime_max_sessions,
+                                                                    settings.realtime_max_buffer_seconds))
         self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
@@ -162,7 +167,8 @@ class InferenceService:
             "models_served": len(self.registry.specs),
             # per model: inferd_model_loads_total{model} and ..._failures_total{model} (observability/)
             "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory,
-            "media_pixel_bytes_reserved": self.media.held, "media_pixel_budget_bytes": self.media.limits.pixel_bytes}
+            "media_pixel_bytes_reserved": self.media.held, "media_pixel_budget_bytes": self.media.limits.pixel_bytes,
+            **self.realtime.gauges()}
         return gauges
 
     # ---- generation ---------------------------------------------------------------------------
