@@ -114,7 +114,7 @@ async def _receive(ws: WebSocket, svc: InferenceService, session: RealtimeSessio
 
 
 async def _apply(event: dict, svc: InferenceService, session: RealtimeSession, dialect: str) -> None:
-    kind = event["type"]
+    kind = wire.kind_of(event)
     if kind == "input_audio_buffer.append":
         session.append(wire.audio_of(event))   # resampling and VAD: well under 1 ms per second of audio
     elif kind == "input_audio_buffer.commit":

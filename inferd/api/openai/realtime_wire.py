@@ -42,7 +42,8 @@ class WireError(InvalidInput):
 
 # ---- client events -----------------------------------------------------------------------------
 def parse_event(data: str | bytes | None) -> dict[str, Any]:
-    """The JSON object of a text frame; anything else is a WireError (the session goes on)."""
+    """The JSON object of a text frame; anything else is a WireError (the session goes on).
+    Its type is checked apart (kind_of), so that an unknown one's error still names its event_id."""
     if data is None or isinstance(data, bytes):
         raise WireError("send client events as JSON text frames, not binary frames", "invalid_json")
     try:
@@ -51,11 +52,16 @@ def parse_event(data: str | bytes | None) -> dict[str, Any]:
         raise WireError(f"the event is not valid JSON: {echo(e)}", "invalid_json") from None
     if not isinstance(event, dict):
         raise WireError("a client event is a JSON object with a 'type'", "invalid_json")
+    return event
+
+
+def kind_of(event: dict[str, Any]) -> str:
+    """The event's type, one this server handles."""
     kind = event.get("type")
     if kind not in CLIENT_EVENTS:
         raise WireError(f"unknown or unsupported event type {echo(kind)!r} in a transcription session "
                         f"(use one of {', '.join(CLIENT_EVENTS)})", "invalid_value", "type")
-    return event
+    return kind
 
 
 def client_event_id(event: Any) -> str | None:
