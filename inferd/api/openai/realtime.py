@@ -48,12 +48,14 @@ async def realtime(ws: WebSocket) -> None:
         return await refuse(e, ws.scope, ws.receive, ws.send)
     dialect = "beta" if "realtime=v1" in ws.headers.get("openai-beta", "") else "ga"
     offered = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")]
+    log.info("realtime session %s opened (%s dialect)", session.id, dialect)
     try:
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         await _send(ws, wire.session_event(True, _session_json(svc, session, dialect), dialect))
         await _run(ws, svc, session, dialect)
     finally:
-        await session.close()
+        await session.close()   # RequestContext logs HTTP only: the session's line is here
+        log.info("realtime session %s closed%s", session.id, " (the client stopped reading)" if session.overflowed else "")
         if ws.client_state == WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 await ws.close(1000 if not session.overflowed else 1008)
