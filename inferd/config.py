@@ -183,6 +183,10 @@ class Settings(BaseSettings):
                                       group="admission")
     max_batch_inputs: int = option(2048, "inputs per request: embeddings, rerank documents, extract and rewrite "
                                    "inputs", ge=1, group="admission")
+    realtime_max_sessions: int = option(64, "open /v1/realtime transcription sessions at once; one more is a 503",
+                                        ge=1, group="admission")
+    realtime_max_buffer_seconds: float = option(60.0, "audio a realtime session buffers, the longest turn; more is "
+                                                "an error event", gt=0, le=1800, group="admission")
     prep_threads: int = option(4, "threads preparing requests: templates, tokenizing, grammars", ge=1, le=64,
                                group="admission")
 

@@ -36,6 +36,7 @@ from inferd.api.openai import files as openai_files
 from inferd.api import infill, llama_helpers, models_routes
 from inferd.api.ollama import manage as ollama_manage
 from inferd.api.openai import gen as openai_gen
+from inferd.api.openai import realtime as openai_realtime
 from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
 from inferd.api.openai import speech as openai_speech
@@ -62,6 +63,7 @@ ROUTERS.append(anthropic_messages.router)
 ROUTERS.append(llamacpp_completion.router)  # llama-server's native /completion, /completions
 ROUTERS += [infill.router, llama_helpers.router]  # llama-server's /infill, /props, /apply-template, /lora-adapters
 ROUTERS.append(slots.router)
+ROUTERS.append(openai_realtime.router)  # /v1/realtime: WebSocket transcription sessions
 
 
 def kind_routers() -> list[Any]:

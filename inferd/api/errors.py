@@ -145,3 +145,15 @@ def error_response(exc: BaseException, family: str, status: int | None = None) -
     if status >= 500 and not isinstance(exc, InferdError):
         log.error("unhandled error", exc_info=exc)
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def refuse(exc: BaseException, scope: Any, receive: Any, send: Any) -> None:
+    """Answer `exc` before (or instead of) a route, for HTTP and WebSocket scopes alike. A
+    WebSocket handshake gets the same JSON error response (status and envelope) where the
+    server has the ASGI denial-response extension (uvicorn has); elsewhere it is closed
+    before it opens, which its client sees as a 403."""
+    if scope["type"] == "websocket" and "websocket.http.response" not in (scope.get("extensions") or {}):
+        message = exc.message if isinstance(exc, InferdError) else "refused"
+        await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+        return
+    await error_response(exc, family_of(scope["path"]))(scope, receive, send)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferd.api.errors import error_response, family_of
+from inferd.api.errors import error_response, family_of, refuse
 from inferd.errors import InferdError, InvalidInput, PayloadTooLarge, Unauthorized
 from inferd.logs import request_id
 from inferd.metrics import Metrics
@@ -62,9 +62,14 @@ class RequestContext:
             request_id.reset(token)
 
 
+WS_KEY_PROTOCOL = b"openai-insecure-api-key."   # how OpenAI's browser clients pass a key (no headers there)
+
+
 class ApiKeyAuth:
     """Every route but health needs `Authorization: Bearer KEY` or, as Anthropic's clients send
-    it, `x-api-key: KEY` (constant-time compare)."""
+    it, `x-api-key: KEY` (constant-time compare). WebSocket handshakes too, which may also carry
+    the key as the subprotocol `openai-insecure-api-key.KEY`, as browsers (which cannot set
+    headers on a WebSocket) do with OpenAI's clients."""
 
     def __init__(self, app: ASGIApp, api_key: str):
         self.app, self.key = app, api_key.encode()
@@ -72,18 +77,26 @@ class ApiKeyAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # No OPTIONS exemption: CORS preflights are answered by the CORS middleware outside
         # this one; any other OPTIONS request is a request like the rest.
-        if (scope["type"] != "http" or scope["path"] in PUBLIC_PATHS
+        if (scope["type"] not in ("http", "websocket") or scope["path"] in PUBLIC_PATHS
                 or scope["path"].startswith("/ui/")):  # the console's static files: it asks for the key itself
             return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
+        if self.allowed(dict(scope["headers"])):
+            return await self.app(scope, receive, send)
+        await refuse(Unauthorized(), scope, receive, send)
+
+    def allowed(self, headers: dict[bytes, bytes]) -> bool:
         auth = headers.get(b"authorization", b"")
         scheme, _, given = auth.partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.key):
-            return await self.app(scope, receive, send)
+            return True
         x_key = headers.get(b"x-api-key")
         if x_key is not None and hmac.compare_digest(x_key.strip(), self.key):
-            return await self.app(scope, receive, send)
-        await error_response(Unauthorized(), family_of(scope["path"]))(scope, receive, send)
+            return True
+        for proto in headers.get(b"sec-websocket-protocol", b"").split(b","):
+            proto = proto.strip()
+            if proto.startswith(WS_KEY_PROTOCOL) and hmac.compare_digest(proto[len(WS_KEY_PROTOCOL):], self.key):
+                return True
+        return False
 
 
 FORM_MARGIN = 256 * 1024   # multipart boundaries, part headers and the small form fields beside a file

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.api.errors import error_response, family_of
+from inferd.api.errors import refuse
 from inferd.errors import Forbidden
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -97,7 +97,7 @@ class BrowserGuard:
         self.app, self.policy = app, policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # a WebSocket handshake is a browser request too
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         host = headers.get(b"host", b"").decode("latin-1")
@@ -111,8 +111,8 @@ class BrowserGuard:
             if not self.policy.origin_ok(o, host):
                 err = Forbidden(f"Origin {o[:100]!r} is not allowed: start inferd with --cors-origins {o[:100]} "
                                 "to let that web page use it")
-        elif headers.get(b"sec-fetch-site") == b"cross-site" and scope["method"] not in ("GET", "HEAD"):
+        elif headers.get(b"sec-fetch-site") == b"cross-site" and scope.get("method", "GET") not in ("GET", "HEAD"):
             err = Forbidden("cross-site requests are not allowed (start inferd with --cors-origins to allow a page)")
         if err is not None:
-            return await error_response(err, family_of(scope["path"]))(scope, receive, send)
+            return await refuse(err, scope, receive, send)
         await self.app(scope, receive, send)

@@ -10,6 +10,7 @@ back, and never touch the registry themselves.
     tabular     /ml/v1 predictors                                  (tabular.py)
     speech      transcription, translation (/v1/audio, /ai/v1)     (speech.py)
     synthesis   text to speech (/v1/audio/speech)                  (synthesis.py)
+    realtime    live transcription sessions (/v1/realtime)         (realtime.py)
     extraction  /ai/v1/extract: entities, relations, classes, structures (extraction.py)
     media       image byte and pixel budgets                       (scheduling/media.py)
     reading     /ai/v1/read on readers (OCR, TrOCR, Donut)         (reading.py)
@@ -50,6 +51,7 @@ from inferd.service import llama_props, model_info
 from inferd.service.lora import LoraService
 from inferd.service.speech import SpeechLimits, SpeechService, TranscribeRequest, Transcription, TranscriptionStream
 from inferd.service.synthesis import SpeakRequest, SpeechStream, SynthesisService
+from inferd.service.realtime import RealtimeLimits, RealtimeService
 from inferd.service.rewriting import RewriteOptions, RewriteResult, RewritingService
 from inferd.service.extraction import ExtractResult
 from inferd.extraction_types import ExtractOptions, ExtractSchema
@@ -96,6 +98,9 @@ class InferenceService:
         self.speech = SpeechService(self.catalog, registry, admission,
                                     SpeechLimits(settings.max_audio_bytes, settings.max_audio_seconds))
         self.synthesis = SynthesisService(self.catalog, registry, admission)
+        # /v1/realtime transcription sessions: turns go through the speech service's queue
+        self.realtime = RealtimeService(self.speech, RealtimeLimits(settings.realtime_max_sessions,
+                                                                    settings.realtime_max_buffer_seconds))
         self.rewriting = RewritingService(self.catalog, registry, admission, settings.max_batch_inputs)
         self.reading = ReadingService(self.catalog, registry, admission, self.media)
         self.images = ImageEmbeddingService(self.catalog, registry, admission, self.media, self.encoders)
@@ -184,7 +189,8 @@ class InferenceService:
             "models_served": len(self.registry.specs),
             # per model: inferd_model_loads_total{model} and ..._failures_total{model} (observability/)
             "models_resident_bytes": self.registry.resident_bytes(), "memory_budget_bytes": self.registry.max_memory,
-            "media_pixel_bytes_reserved": self.media.held, "media_pixel_budget_bytes": self.media.limits.pixel_bytes}
+            "media_pixel_bytes_reserved": self.media.held, "media_pixel_budget_bytes": self.media.limits.pixel_bytes,
+            **self.realtime.gauges()}
         return gauges
 
     # ---- generation ---------------------------------------------------------------------------

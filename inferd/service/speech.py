@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from inferd.errors import InvalidInput, PayloadTooLarge
 from inferd.kinds import TRANSCRIBER
@@ -149,24 +151,44 @@ class SpeechService:
                                   f"{self.limits.max_audio_bytes} bytes per request")
         if not req.audio:
             raise InvalidInput("the audio file is empty", "file")
-        from inferd.runtimes.speech.audio import container_of
+        from inferd.runtimes.speech.audio import container_of, decode
 
         container_of(req.audio)  # not an accepted container (a playlist, an SDP ...): 400 before a slot is taken
+        return await self._start(spec, opts, req.language, large=len(req.audio) > 4 << 20,
+                                 audio_at=lambda rate: decode(req.audio, rate, self.limits.max_audio_seconds))
+
+    async def open_samples(self, req: TranscribeRequest, samples: np.ndarray, rate: int) -> TranscriptionStream:
+        """open() for audio that is already samples (float32 mono at `rate`: a realtime session's
+        turn): no container to decode, the same admission, model queue and batching."""
+        spec = self.spec(req.model)
+        opts = req.options()
+        if samples.size == 0:
+            raise InvalidInput("the audio is empty", "audio")
+        if samples.shape[0] > self.limits.max_audio_seconds * rate:
+            raise PayloadTooLarge(f"the audio is longer than {self.limits.max_audio_seconds:.0f} s, "
+                                  "the most per request")
+        from inferd.media.pcm import resample
+
+        return await self._start(spec, opts, req.language, large=False,
+                                 audio_at=lambda to: resample(samples, rate, to))
+
+    async def _start(self, spec: ModelSpec, opts: DecodeOptions, language: str | None, large: bool,
+                     audio_at: Callable[[int], np.ndarray]) -> TranscriptionStream:
+        """Admission slot, model, option check, then `audio_at(model rate)` on a thread."""
         stack = contextlib.AsyncExitStack()
         try:
             handle = (await stack.enter_async_context(self.verb.use(spec.name))).handle
             rt = handle.runtime
-            rt.check(opts, req.language)
-            from inferd.runtimes.speech.audio import decode
+            rt.check(opts, language)
             from inferd.runtimes.speech.chunking import plan
 
-            audio = await asyncio.to_thread(decode, req.audio, rt.rate, self.limits.max_audio_seconds)
-            chunks = await asyncio.to_thread(plan, audio, rt.rate, req.language)
+            audio = await asyncio.to_thread(audio_at, rt.rate)
+            chunks = await asyncio.to_thread(plan, audio, rt.rate, language)
             stream = TranscriptionStream(spec, opts.task, stack)
             stream.duration = audio.shape[0] / rt.rate
-            stream.large = stream.duration > 120 or len(req.audio) > 4 << 20
+            stream.large = stream.duration > 120 or large
             del audio
-            stream._windows = self._run(handle, chunks, opts, stream, req.language is None and rt.multilingual)
+            stream._windows = self._run(handle, chunks, opts, stream, language is None and rt.multilingual)
             return stream
         except BaseException:
             await stack.aclose()
