@@ -493,3 +493,36 @@ def test_conversations_over_the_storage_quota_keep_their_text(web):
     }""")
     assert got == ["the browser's storage is full: attached images are not kept after a reload", "look", 2]
     assert web.errors == []
+
+
+def test_operator_page_lists_active_requests_cancels_one_and_shows_errors(web, srv):
+    import threading
+
+    frames: list[dict] = []
+
+    def generate():
+        with httpx.stream("POST", srv.url + "/v1/completions", timeout=120, headers={"x-request-id": "console-op"},
+                          json={"model": "tiny", "prompt": "once", "max_tokens": 4000, "ignore_eos": True,
+                                "stream": True}) as r:
+            frames.extend(json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {"))
+
+    assert httpx.get(srv.url + "/v1/no-such-route", headers={"x-request-id": "console-404"}).status_code == 404
+    t = threading.Thread(target=generate, daemon=True)
+    t.start()
+    page = web.go("operator")
+    row = "#op-active tr[data-id=console-op]"
+    page.wait_for_selector(f"{row}[data-state=running]")
+    assert "POST /v1/completions" in page.inner_text(row) and "tiny" in page.inner_text(row)
+    wait_for(lambda: page.inner_text(f"{row} td.tokens").isdigit() and int(page.inner_text(f"{row} td.tokens")) > 0,
+             what="tokens so far")
+    page.click(f"{row} button.cancel")
+    t.join(30)
+    assert not t.is_alive()
+    assert frames[-1]["choices"][0]["finish_reason"] == "cancelled" and len(frames) < 4000
+    page.wait_for_selector(row, state="detached")
+    assert page.is_visible("#op-no-active")
+    err = "#op-errors tr:has-text('console-404')"
+    page.wait_for_selector(err)
+    assert page.inner_text(f"{err} td.status") == "404"
+    assert page.inner_text(f"{err} td.message") == "no route GET /v1/no-such-route"
+    assert web.errors == []

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferd.kinds import KINDS
+from inferd.observability.active import ActiveRequests, ErrorLog
 from inferd.observability.drain import Drain
 from inferd.observability.llamacpp import render_llamacpp
 from inferd.observability.prom import LATENCY_BUCKETS, Family, Histogram, render
@@ -75,6 +76,8 @@ class Observer:
         self.resident: dict[str, int] = {}
         self.rejections: collections.Counter[str] = collections.Counter()  # refusals outside admission
         self.tracer: Tracer | None = None  # --otlp-endpoint (set by the service)
+        self.active = ActiveRequests()  # the requests in flight (GET /admin/requests)
+        self.errors = ErrorLog()        # recent error responses and error log records (GET /admin/errors)
 
     # ---- recording ----------------------------------------------------------------------------
     def request(self, model: str, family: str, status: int, seconds: float) -> None:

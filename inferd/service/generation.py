@@ -27,7 +27,7 @@ from inferd.chat.templates import render_chat
 from inferd.errors import Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
-from inferd.observability.context import note_generation
+from inferd.observability.context import note_generation, note_work
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
@@ -287,6 +287,11 @@ class GenerationStream:
         if self.job is not None and not self.finished:
             self.handle.engine.cancel(self.job)
 
+    def generated(self) -> int:
+        """Tokens generated so far by every choice (read from the engine's thread's lists)."""
+        j = self.job
+        return sum(len(x.generated) for x in j.group) if j is not None else 0
+
     async def aclose(self) -> None:
         if self.closed:
             return
@@ -391,6 +396,7 @@ class GenerationService:
             await stack.aclose()
             raise
         self.streams.add(stream)
+        note_work(stream)
         return stream
 
     async def generate(self, req: GenerateRequest, admit: bool = True) -> Generation:
