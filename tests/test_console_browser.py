@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,8 +20,8 @@ CHROMIUM = os.environ.get("INFERD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # a beep for the microphone
-PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "tabular", "files",
-         "models", "operator"]
+PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "speak", "tabular",
+         "files", "models", "operator"]
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,23 @@ LOW_CONTRAST = """() => {
 }"""
 
 
+AXE = Path(__file__).parent / "vendor" / "axe.min.js"  # axe-core (MPL-2.0), tests/vendor/README.md
+
+
+def axe_serious(page) -> list[str]:
+    """axe-core's violations of serious or critical impact on the page as it is now (WCAG 2.x
+    A and AA rules, best practices included): rule id, impact and the first offending nodes.
+    Injected through the DevTools protocol, which the console's CSP does not govern."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE.read_text())
+    found = page.evaluate("""async () => {
+      const r = await axe.run(document, { resultTypes: ['violations'] });
+      return r.violations.filter((v) => ['serious', 'critical'].includes(v.impact))
+        .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+    }""")
+    return found
+
+
 def test_every_page_loads_without_console_errors(web, srv):
     for pid in PAGES:
         page = web.go(pid)
@@ -124,7 +142,12 @@ def test_every_page_loads_without_console_errors(web, srv):
         for theme in ("light", "dark"):
             page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
             assert page.evaluate(LOW_CONTRAST) == [], (pid, theme)
+            assert axe_serious(page) == [], (pid, theme)
         page.evaluate("delete document.documentElement.dataset.theme")
+    # No speaker served here: Speak is out of the nav, and its page says why.
+    assert page.is_hidden("nav a[data-id=speak]")
+    web.go("speak")
+    page.wait_for_selector("#sp-info:has-text('No speaker is served')")
     # The check itself finds a faint text.
     page.evaluate("(() => { const p = document.createElement('p'); p.id = 'faint'; p.textContent = 'faint';"
                   " p.style.color = '#bbbbbb'; document.querySelector('main').append(p); })()")
@@ -159,6 +182,7 @@ def test_chat_streams_tokens_into_the_page_and_stop_ends_the_generation(web, srv
     stats = page.wait_for_selector(".msg.assistant .stats:has-text('finish')")
     assert "8 tokens" in stats.inner_text() and "finish: length" in stats.inner_text()
     assert "TTFT" in stats.inner_text() and "tok/s" in stats.inner_text()
+    assert axe_serious(page) == []  # an answer with its stats and buttons
 
     before = metric(parse_metrics(httpx.get(srv.url + "/metrics").text), "inferd_generation_tokens_total", model="tiny")
     page.fill("#chat-max-tokens", "4000")
@@ -515,6 +539,7 @@ def test_operator_page_lists_active_requests_cancels_one_and_shows_errors(web, s
     assert "POST /v1/completions" in page.inner_text(row) and "tiny" in page.inner_text(row)
     wait_for(lambda: page.inner_text(f"{row} td.tokens").isdigit() and int(page.inner_text(f"{row} td.tokens")) > 0,
              what="tokens so far")
+    assert axe_serious(page) == []  # the tables with rows and their Cancel buttons
     page.click(f"{row} button.cancel")
     t.join(30)
     assert not t.is_alive()

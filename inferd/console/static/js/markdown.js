@@ -33,7 +33,7 @@ export function inline(text) {
 }
 
 function codeBlock(lang, code) {
-  const copy = el("button", { class: "copy secondary", type: "button", text: "Copy", "aria-label": "copy code" });
+  const copy = el("button", { class: "copy secondary", type: "button", text: "Copy", title: "copy the code" });
   copy.addEventListener("click", async () => {
     try { await navigator.clipboard.writeText(code); copy.textContent = "Copied"; }
     catch { copy.textContent = "Copy failed"; }
