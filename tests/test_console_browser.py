@@ -427,6 +427,17 @@ MD_CASES = [
     ("<script>alert(1)</script> &amp; <b>x</b>", "<p>&lt;script&gt;alert(1)&lt;/script&gt; &amp;amp; &lt;b&gt;x&lt;/b&gt;</p>"),
     ("`<img src=x onerror=alert(1)>`", "<p><code>&lt;img src=x onerror=alert(1)&gt;</code></p>"),
     ("---", "<hr>"),
+    # Math: TeX to MathML (math.js), never markup from the text; dollar amounts stay text.
+    (r"area $\pi r^2$", "<p>area <math><mrow><mi>π</mi><msup><mi>r</mi><mn>2</mn></msup></mrow></math></p>"),
+    (r"$$\frac{a+1}{\sqrt{b}}$$", '<p><math display="block"><mfrac><mrow><mi>a</mi><mo>+</mo><mn>1</mn></mrow>'
+                                   "<msqrt><mi>b</mi></msqrt></mfrac></math></p>"),
+    (r"$x_i^2 \le \alpha$", "<p><math><mrow><msubsup><mi>x</mi><mi>i</mi><mn>2</mn></msubsup><mo>≤</mo><mi>α</mi>"
+                             "</mrow></math></p>"),
+    (r"$\sqrt[3]{x} \text{ if } x \in \mathbb{R}$", "<p><math><mrow><mroot><mi>x</mi><mn>3</mn></mroot><mtext> if "
+     '</mtext><mi>x</mi><mo>∈</mo><mi mathvariant="double-struck">R</mi></mrow></math></p>'),
+    ("$<b>x</b>$", "<p><math><mrow><mo>&lt;</mo><mi>b</mi><mo>&gt;</mo><mi>x</mi><mo>&lt;</mo><mo>/</mo><mi>b</mi>"
+                   "<mo>&gt;</mo></mrow></math></p>"),
+    ("costs $5 and $10, $ x $ too", "<p>costs $5 and $10, $ x $ too</p>"),
 ]
 
 
