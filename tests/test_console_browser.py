@@ -547,9 +547,9 @@ def test_operator_page_lists_active_requests_cancels_one_and_shows_errors(web, s
     page = web.go("operator")
     row = "#op-active tr[data-id=console-op]"
     page.wait_for_selector(f"{row}[data-state=running]")
-    assert "POST /v1/completions" in page.inner_text(row) and "tiny" in page.inner_text(row)
     wait_for(lambda: page.inner_text(f"{row} td.tokens").isdigit() and int(page.inner_text(f"{row} td.tokens")) > 0,
              what="tokens so far")
+    assert "POST /v1/completions" in page.inner_text(row) and "tiny" in page.inner_text(row)
     assert axe_serious(page) == []  # the tables with rows and their Cancel buttons
     page.click(f"{row} button.cancel")
     t.join(30)
@@ -559,6 +559,6 @@ def test_operator_page_lists_active_requests_cancels_one_and_shows_errors(web, s
     assert page.is_visible("#op-no-active")
     err = "#op-errors tr:has-text('console-404')"
     page.wait_for_selector(err)
-    assert page.inner_text(f"{err} td.status") == "404"
+    assert page.inner_text(f"{err} td.err-status") == "404"
     assert page.inner_text(f"{err} td.message") == "no route GET /v1/no-such-route"
     assert web.errors == []

@@ -72,7 +72,9 @@ class ActiveRequests:
         for a in sorted(self._live.values(), key=lambda a: a.started):
             info = a.info
             tokens = sum(w.generated() for w in info.work) if info.work else None
-            state = "cancelling" if info.cancelled else "queued" if info.queued else "running"
+            # queued: waiting for an admission slot, or for an engine slot (its generation submitted)
+            waiting = info.queued or (bool(info.work) and all(w.waiting() for w in info.work))
+            state = "cancelling" if info.cancelled else "queued" if waiting else "running"
             out.append({"id": a.id, "method": a.method, "route": route_of(a.scope), "path": a.path,
                         "model": info.model, "family": info.family, "client": a.client,
                         "started": round(a.started, 3), "age_s": round(now - a.started, 3), "state": state,

@@ -24,7 +24,7 @@ class RequestInfo:
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start ns, end ns), wall clock
     # For the operator's list of active requests (active.py) and its Cancel:
     queued: bool = False                      # waiting in the admission queue now
-    work: list[Any] = field(default_factory=list)  # running generations (each has cancel() and generated())
+    work: list[Any] = field(default_factory=list)  # running generations (cancel(), generated(), waiting())
     interrupt: Callable[[], None] | None = None    # cancels the request's task while it waits or computes
     cancelled: bool = False                   # the operator cancelled it (POST /admin/requests/{id}/cancel)
 

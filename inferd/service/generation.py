@@ -292,6 +292,10 @@ class GenerationStream:
         j = self.job
         return sum(len(x.generated) for x in j.group) if j is not None else 0
 
+    def waiting(self) -> bool:
+        """Submitted, but no engine slot has taken it yet (all slots busy)."""
+        return self.job is not None and self.job.slot is None and not self.finished
+
     async def aclose(self) -> None:
         if self.closed:
             return

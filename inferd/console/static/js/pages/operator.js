@@ -122,7 +122,7 @@ export default {
             "aria-label": `cancel request ${r.id}`, text: "Cancel", onclick: () => cancel(r.id) })))));
         noActive.hidden = act.requests.length > 0;
         errors.replaceChildren(...errs.errors.slice(0, 50).map((e) => el("tr", { "data-status": e.status ?? e.level },
-          el("td", { text: clock(e.time) }), el("td", { class: "status", text: e.status ?? e.level }),
+          el("td", { text: clock(e.time) }), el("td", { class: "err-status", text: e.status ?? e.level }),
           el("td", { text: e.source === "log" ? e.logger : `${e.method} ${e.path}` }),
           el("td", { class: "message", text: e.message }), el("td", {}, el("code", { text: e.request_id || "-" })))));
         noErrors.hidden = errs.errors.length > 0;
