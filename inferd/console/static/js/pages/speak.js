@@ -29,7 +29,7 @@ export default {
     root.append(el("h1", { text: "Speak" }), el("div", { class: "card" }, field("Speaker", model), field("Voice", voice),
       field("Text", text), el("div", { class: "row" }, field("Speed (0.25 to 4)", speed), field("Format", format)),
       el("div", { class: "row" }, go), err),
-      el("div", { class: "card" }, player, el("div", { class: "row" }, link, info)));
+      el("div", { class: "card" }, player, info, link));
 
     let speakers = {};
     const voices = () => {
