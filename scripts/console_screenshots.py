@@ -88,18 +88,27 @@ def main() -> None:
             httpx.post(s.url + "/v1/completions", timeout=300, json={
                 "model": "smollm2-135m-instruct", "prompt": f"Story number {i}:", "max_tokens": 160, "ignore_eos": True})
 
+        httpx.post(s.url + "/v1/chat/completions", json={"model": "no-such-model", "messages": []})  # a recent error
         with concurrent.futures.ThreadPoolExecutor(6) as pool:  # six requests on four slots: two wait
             jobs = [pool.submit(stream, i) for i in range(6)]
             page.goto(s.url + "/#/operator")
             page.wait_for_selector("#op-slots tr")
+            page.wait_for_selector("#op-active tr")
             time.sleep(5)  # the charts fill while they run
-            page.screenshot(path=str(out / "console-operator.png"))
+            page.screenshot(path=str(out / "console-operator.png"), full_page=True)  # down to the requests and errors
             page.goto(s.url + "/#/models")
             page.wait_for_selector("#models-rows tr")
             time.sleep(4)
             page.screenshot(path=str(out / "console-models.png"))
             for j in jobs:
                 j.result()
+
+        if httpx.get(s.url + "/ai/v1/models").json().get("speakers"):  # once text to speech is served
+            page.goto(s.url + "/#/speak")
+            page.wait_for_selector("#sp-model option", state="attached")
+            page.click("#sp-run")
+            page.wait_for_selector("#sp-download:not([hidden])")
+            page.screenshot(path=str(out / "console-speak.png"))
 
         page.set_viewport_size({"width": 390, "height": 760})  # same storage: the chat is still there
         page.goto(s.url + "/#/chat")

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,8 +20,8 @@ CHROMIUM = os.environ.get("INFERD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # a beep for the microphone
-PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "tabular", "files",
-         "models", "operator"]
+PAGES = ["chat", "embeddings", "rerank", "chunking", "extract", "rewrite", "read", "transcribe", "speak", "tabular",
+         "files", "models", "operator"]
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,23 @@ LOW_CONTRAST = """() => {
 }"""
 
 
+AXE = Path(__file__).parent / "vendor" / "axe.min.js"  # axe-core (MPL-2.0), tests/vendor/README.md
+
+
+def axe_serious(page) -> list[str]:
+    """axe-core's violations of serious or critical impact on the page as it is now (WCAG 2.x
+    A and AA rules, best practices included): rule id, impact and the first offending nodes.
+    Injected through the DevTools protocol, which the console's CSP does not govern."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE.read_text())
+    found = page.evaluate("""async () => {
+      const r = await axe.run(document, { resultTypes: ['violations'] });
+      return r.violations.filter((v) => ['serious', 'critical'].includes(v.impact))
+        .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+    }""")
+    return found
+
+
 def test_every_page_loads_without_console_errors(web, srv):
     for pid in PAGES:
         page = web.go(pid)
@@ -124,7 +142,12 @@ def test_every_page_loads_without_console_errors(web, srv):
         for theme in ("light", "dark"):
             page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
             assert page.evaluate(LOW_CONTRAST) == [], (pid, theme)
+            assert axe_serious(page) == [], (pid, theme)
         page.evaluate("delete document.documentElement.dataset.theme")
+    # No speaker served here: Speak is out of the nav, and its page says why.
+    assert page.is_hidden("nav a[data-id=speak]")
+    web.go("speak")
+    page.wait_for_selector("#sp-info:has-text('No speaker is served')")
     # The check itself finds a faint text.
     page.evaluate("(() => { const p = document.createElement('p'); p.id = 'faint'; p.textContent = 'faint';"
                   " p.style.color = '#bbbbbb'; document.querySelector('main').append(p); })()")
@@ -159,6 +182,7 @@ def test_chat_streams_tokens_into_the_page_and_stop_ends_the_generation(web, srv
     stats = page.wait_for_selector(".msg.assistant .stats:has-text('finish')")
     assert "8 tokens" in stats.inner_text() and "finish: length" in stats.inner_text()
     assert "TTFT" in stats.inner_text() and "tok/s" in stats.inner_text()
+    assert axe_serious(page) == []  # an answer with its stats and buttons
 
     before = metric(parse_metrics(httpx.get(srv.url + "/metrics").text), "inferd_generation_tokens_total", model="tiny")
     page.fill("#chat-max-tokens", "4000")
@@ -403,6 +427,17 @@ MD_CASES = [
     ("<script>alert(1)</script> &amp; <b>x</b>", "<p>&lt;script&gt;alert(1)&lt;/script&gt; &amp;amp; &lt;b&gt;x&lt;/b&gt;</p>"),
     ("`<img src=x onerror=alert(1)>`", "<p><code>&lt;img src=x onerror=alert(1)&gt;</code></p>"),
     ("---", "<hr>"),
+    # Math: TeX to MathML (math.js), never markup from the text; dollar amounts stay text.
+    (r"area $\pi r^2$", "<p>area <math><mrow><mi>π</mi><msup><mi>r</mi><mn>2</mn></msup></mrow></math></p>"),
+    (r"$$\frac{a+1}{\sqrt{b}}$$", '<p><math display="block"><mfrac><mrow><mi>a</mi><mo>+</mo><mn>1</mn></mrow>'
+                                   "<msqrt><mi>b</mi></msqrt></mfrac></math></p>"),
+    (r"$x_i^2 \le \alpha$", "<p><math><mrow><msubsup><mi>x</mi><mi>i</mi><mn>2</mn></msubsup><mo>≤</mo><mi>α</mi>"
+                             "</mrow></math></p>"),
+    (r"$\sqrt[3]{x} \text{ if } x \in \mathbb{R}$", "<p><math><mrow><mroot><mi>x</mi><mn>3</mn></mroot><mtext> if "
+     '</mtext><mi>x</mi><mo>∈</mo><mi mathvariant="double-struck">R</mi></mrow></math></p>'),
+    ("$<b>x</b>$", "<p><math><mrow><mo>&lt;</mo><mi>b</mi><mo>&gt;</mo><mi>x</mi><mo>&lt;</mo><mo>/</mo><mi>b</mi>"
+                   "<mo>&gt;</mo></mrow></math></p>"),
+    ("costs $5 and $10, $ x $ too", "<p>costs $5 and $10, $ x $ too</p>"),
 ]
 
 
@@ -492,4 +527,38 @@ def test_conversations_over_the_storage_quota_keep_their_text(web):
       } finally { Storage.prototype.setItem = real; }
     }""")
     assert got == ["the browser's storage is full: attached images are not kept after a reload", "look", 2]
+    assert web.errors == []
+
+
+def test_operator_page_lists_active_requests_cancels_one_and_shows_errors(web, srv):
+    import threading
+
+    frames: list[dict] = []
+
+    def generate():
+        with httpx.stream("POST", srv.url + "/v1/completions", timeout=120, headers={"x-request-id": "console-op"},
+                          json={"model": "tiny", "prompt": "once", "max_tokens": 4000, "ignore_eos": True,
+                                "stream": True}) as r:
+            frames.extend(json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {"))
+
+    assert httpx.get(srv.url + "/v1/no-such-route", headers={"x-request-id": "console-404"}).status_code == 404
+    t = threading.Thread(target=generate, daemon=True)
+    t.start()
+    page = web.go("operator")
+    row = "#op-active tr[data-id=console-op]"
+    page.wait_for_selector(f"{row}[data-state=running]")
+    wait_for(lambda: page.inner_text(f"{row} td.tokens").isdigit() and int(page.inner_text(f"{row} td.tokens")) > 0,
+             what="tokens so far")
+    assert "POST /v1/completions" in page.inner_text(row) and "tiny" in page.inner_text(row)
+    assert axe_serious(page) == []  # the tables with rows and their Cancel buttons
+    page.click(f"{row} button.cancel")
+    t.join(30)
+    assert not t.is_alive()
+    assert frames[-1]["choices"][0]["finish_reason"] == "cancelled" and len(frames) < 4000
+    page.wait_for_selector(row, state="detached")
+    assert page.is_visible("#op-no-active")
+    err = "#op-errors tr:has-text('console-404')"
+    page.wait_for_selector(err)
+    assert page.inner_text(f"{err} td.err-status") == "404"
+    assert page.inner_text(f"{err} td.message") == "no route GET /v1/no-such-route"
     assert web.errors == []

@@ -15,10 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inferd.models import ModelKind
 from tests.obs_helpers import wait_for
 from tests.server import serve
 from tests.test_pull_hub import Q4, REPO, hub  # noqa: F401  (the fake Hub)
-from tests.test_console_browser import LOW_CONTRAST, Page, browser  # noqa: F401  (the module's Chromium)
+from tests.test_console_browser import LOW_CONTRAST, Page, axe_serious, browser  # noqa: F401  (the module's Chromium)
 from tests.vision_helpers import INVOICE, encode, render
 
 CLIPS = Path(__file__).parent / "fixtures" / "speech" / "clips"
@@ -53,11 +54,13 @@ def web(browser, srv):  # noqa: F811
 
 
 def low_contrast(page) -> list[str]:
-    """Text below WCAG AA contrast, in the light and in the dark theme."""
+    """Text below WCAG AA contrast, and axe-core's serious or critical violations, in the light
+    and in the dark theme."""
     out = []
     for theme in ("light", "dark"):
         page.evaluate(f"document.documentElement.dataset.theme = '{theme}'")
         out += [f"{theme}: {b}" for b in page.evaluate(LOW_CONTRAST)]
+        out += [f"{theme}: axe {v}" for v in axe_serious(page)]
     page.evaluate("delete document.documentElement.dataset.theme")
     return out
 
@@ -306,3 +309,41 @@ def test_models_page_pulls_from_the_hub_with_a_progress_bar(browser, hub, tmp_pa
             assert web.errors == []
         finally:
             web.close()
+
+
+@pytest.mark.skipif(not hasattr(ModelKind, "SPEAKER"),
+                    reason="no speaker kind in inferd.models.ModelKind yet: text to speech is not in this tree")
+def test_speak_page_plays_the_speech_and_offers_it_for_download(web, srv):
+    speakers = httpx.get(srv.url + "/ai/v1/models").json().get("speakers") or {}
+    assert speakers, "no built-in speaker served (pip install -e '.[models]')"
+    name = sorted(speakers)[0]
+    own, mapped = speakers[name]["voices"], speakers[name].get("openai_voices") or []
+    page = web.go("speak")
+    page.wait_for_selector("nav a[data-id=speak]:not([hidden])")  # shown: a speaker is served
+    page.wait_for_selector(f"#sp-model option[value='{name}']", state="attached")
+    assert page.eval_on_selector_all("#sp-voice option", "os => os.map(o => o.value)") == own + [
+        v for v in mapped if v not in own]
+    text = "Hello from the console. This sentence is spoken a little faster."
+    page.fill("#sp-text", text)
+    page.select_option("#sp-format", "wav")
+    page.fill("#sp-speed", "1.5")
+    with page.expect_request("**/v1/audio/speech") as req:
+        page.click("#sp-run")
+    assert req.value.post_data_json == {"model": name, "input": text, "voice": own[0], "response_format": "wav",
+                                        "speed": 1.5}
+    page.wait_for_selector("#sp-download:not([hidden])", timeout=120_000)
+    # The player decoded it: its length is the API's at speed 1, shortened by the speed.
+    played = wait_for(lambda: page.evaluate("(a => a.readyState >= 1 && isFinite(a.duration) && a.duration)"
+                                            "(document.querySelector('#sp-audio'))"), what="audio metadata")
+    ref = httpx.post(srv.url + "/v1/audio/speech", timeout=120, json={
+        "model": name, "input": text, "voice": own[0], "response_format": "wav"})
+    assert ref.status_code == 200 and ref.content[:4] == b"RIFF"
+    rate = int.from_bytes(ref.content[24:28], "little")
+    normal = (len(ref.content) - 44) / (rate * 2)
+    assert 0.5 < played < normal * 0.85, (played, normal)
+    with page.expect_download() as dl:
+        page.click("#sp-download")
+    assert dl.value.suggested_filename == "speech.wav"
+    assert Path(dl.value.path()).read_bytes()[:4] == b"RIFF"
+    assert low_contrast(page) == []
+    assert web.errors == []

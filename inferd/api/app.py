@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from inferd import __version__
-from inferd.api import console, control, gen_control, observe, openapi_doc, slots
+from inferd.api import admin_requests, console, control, gen_control, observe, openapi_doc, slots
 from inferd.api.anthropic import messages as anthropic_messages
 from inferd.api.antfly import gen as antfly_gen
 from inferd.api.antfly import embed as antfly_embed
@@ -41,6 +42,7 @@ from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
 from inferd.api.openai import speech as openai_speech
 from inferd.config import Settings
+from inferd.observability.active import ErrorLogHandler
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
 from inferd.kinds import KINDS
 from inferd.service import InferenceService
@@ -50,7 +52,7 @@ from inferd.storage.responses import ResponseStore
 # a few microseconds, a measurable share of a one-sentence embedding request. Their paths are
 # fixed POST paths, so no route below can be shadowed by them.
 ROUTERS = [openai_embed.router, ollama_embed.router, antfly_embed.router,
-           console.router, observe.router, control.router, openai_routes.router, ollama_routes.router,
+           console.router, observe.router, admin_requests.router, control.router, openai_routes.router, ollama_routes.router,
            antfly_routes.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
            openai_audio.router, openai_speech.router, antfly_transcribe.router,
@@ -110,9 +112,12 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await service.start()
+        errlog = ErrorLogHandler(service.observer.errors)  # the server's ERROR records, for GET /admin/errors
+        logging.getLogger("inferd").addHandler(errlog)
         try:
             yield
         finally:
+            logging.getLogger("inferd").removeHandler(errlog)
             await service.close()
             responses.close()
             if service.observer.tracer is not None:  # flush the last spans
@@ -166,5 +171,5 @@ def create_app(settings: Settings, service: InferenceService | None = None,
                        allow_headers=["*"], expose_headers=["x-request-id", "retry-after", "x-queue-time",
                                                        "x-inference-time", "x-compute-tokens"])
     app.add_middleware(BrowserGuard, policy=OriginPolicy(settings.cors_origins, settings.allowed_hosts, settings.host))
-    app.add_middleware(RequestContext, metrics=service.metrics)
+    app.add_middleware(RequestContext, metrics=service.metrics, errors=service.observer.errors)
     return app

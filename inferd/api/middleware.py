@@ -18,10 +18,12 @@ from inferd.errors import InferdError, InvalidInput, PayloadTooLarge, Unauthoriz
 from inferd.logs import request_id
 from inferd.metrics import Metrics
 from inferd.observability.context import SCOPE_KEY
+from inferd.observability.active import ErrorLog
 from inferd.service.reading import MAX_IMAGES as MAX_READ_IMAGES
 
 log = logging.getLogger("inferd.access")
 
+ERROR_BODY_BYTES = 4096  # an error envelope is short; a longer body is cut (the log keeps a message)
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/healthz", "/readyz", "/", "/ui"})  # "/ui": the console page
 
 
@@ -29,8 +31,8 @@ class RequestContext:
     """Tags the request with an id (incoming X-Request-ID or a new one), echoes it back,
     logs one access line and counts the request for /metrics."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: ASGIApp, metrics: Metrics, errors: ErrorLog | None = None):
+        self.app, self.metrics, self.errors = app, metrics, errors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,13 +41,16 @@ class RequestContext:
         rid = headers.get(b"x-request-id", b"").decode("latin-1")[:64] or os.urandom(8).hex()  # as uuid4().hex[:16], cheaper
         token = request_id.set(rid)
         status, t0 = 500, time.perf_counter()
+        err_body = b""  # the start of an error response's body, for the operator's error log
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status
+            nonlocal status, err_body
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
+            elif status >= 400 and len(err_body) < ERROR_BODY_BYTES:
+                err_body += message.get("body", b"")[:ERROR_BODY_BYTES]
             await send(message)
 
         try:
@@ -56,6 +61,8 @@ class RequestContext:
             info = scope.get(SCOPE_KEY)  # the Observe middleware's: the model the request used, if any
             self.metrics.observe_request(scope["method"], route, status, dt, getattr(info, "model", None),
                                          getattr(info, "family", None))
+            if status >= 400 and self.errors is not None:
+                self.errors.response(scope["method"], scope["path"], route, status, err_body, rid)
             log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, dt * 1000,
                      extra={"method": scope["method"], "path": scope["path"], "status": status,
                             "duration_ms": round(dt * 1000, 2)})

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inferd.api.deps import get_service
 from inferd.api.errors import LLAMACPP_PATHS, error_response, family_of
 from inferd.errors import Overloaded
+from inferd.logs import request_id
 from inferd.models import ModelKind
 from inferd.observability.context import SCOPE_KEY, RequestInfo, begin, end
 from inferd.observability.observer import Observer
@@ -25,6 +26,7 @@ router = APIRouter()
 EXEMPT = frozenset({"/", "/health", "/v1/health", "/healthz", "/readyz", "/metrics", "/load", "/slots",
                     "/admin/drain", "/favicon.ico"})
 STREAMED = (b"text/event-stream", b"application/x-ndjson")
+OWN = ("/admin/requests", "/admin/errors")  # not listed among the active requests
 OPENAI_BARE = ("/chat/completions", "/embeddings", "/rerank")
 
 
@@ -67,6 +69,8 @@ class Observe:
         info = RequestInfo(family=route_family(path))
         scope[SCOPE_KEY] = info  # in place: RequestContext counts the request with its model
         token = begin(info)
+        # The operator's list of active requests; not its own polls (the console's Operator page).
+        listed = None if exempt or path.startswith(OWN) else obs.active.add(request_id.get(), scope, info)
         status = 500
 
         async def send_wrapper(message: Message) -> None:
@@ -92,6 +96,8 @@ class Observe:
             if not exempt:
                 drain.leave()
             end(token)
+            if listed is not None:
+                obs.active.remove(listed)
             tracer = getattr(obs, "tracer", None)
             if tracer is not None and not exempt:
                 route = getattr(scope.get("route"), "path", None) or path

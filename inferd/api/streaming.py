@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from inferd.api.errors import error_body
 from inferd.errors import Cancelled, InferdError
+from inferd.observability.context import current
 
 log = logging.getLogger("inferd.api")
 
@@ -164,26 +165,35 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     of a small embedding request)."""
     me = asyncio.current_task()
     assert me is not None
-    gone = False
+    why: str | None = None  # who cancelled the work: the client leaving, or the operator
+
+    def interrupt(reason: str) -> None:
+        nonlocal why
+        if why is None:
+            why = reason
+            me.cancel()
 
     async def disconnected() -> None:
-        nonlocal gone
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        gone = True
-        me.cancel()
+        interrupt("client disconnected")
 
+    info = current()
+    if info is not None:  # the operator's Cancel (observability/active.py) while it waits or computes
+        info.interrupt = lambda: interrupt("cancelled by the operator")
     watch = asyncio.ensure_future(disconnected())
     try:
         result = await work
     except asyncio.CancelledError:
-        # Ours alone (no outside cancel pending as well): the client left.
-        if gone and me.uncancel() == 0:
-            raise Cancelled("client disconnected") from None
+        # Ours alone (no outside cancel pending as well): the client left, or the operator.
+        if why is not None and me.uncancel() == 0:
+            raise Cancelled(why) from None
         raise
     finally:
         watch.cancel()
-    if gone:  # the work swallowed our cancel and finished anyway: take the request back
+        if info is not None:
+            info.interrupt = None
+    if why is not None:  # the work swallowed our cancel and finished anyway: take the request back
         me.uncancel()
     return result
 

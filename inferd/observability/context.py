@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -20,6 +22,11 @@ class RequestInfo:
     admitted_at: float | None = None          # perf_counter when admission let it run
     compute_tokens: int = 0
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (name, start ns, end ns), wall clock
+    # For the operator's list of active requests (active.py) and its Cancel:
+    queued: bool = False                      # waiting in the admission queue now
+    work: list[Any] = field(default_factory=list)  # running generations (cancel(), generated(), waiting())
+    interrupt: Callable[[], None] | None = None    # cancels the request's task while it waits or computes
+    cancelled: bool = False                   # the operator cancelled it (POST /admin/requests/{id}/cancel)
 
 
 # Where the Observe middleware leaves a request's RequestInfo in the ASGI scope, for the
@@ -41,9 +48,27 @@ def current() -> RequestInfo | None:
     return _current.get()
 
 
+def note_queued() -> None:
+    """The request waits for an admission slot (admitted: note_admitted)."""
+    info = _current.get()
+    if info is not None:
+        info.queued = True
+
+
+def note_work(stream: Any) -> None:
+    """A generation of this request started: the operator's Cancel stops it, and its tokens
+    so far show in the list of active requests."""
+    info = _current.get()
+    if info is not None:
+        info.work.append(stream)
+        if info.cancelled:  # cancelled while it was being prepared
+            stream.cancel()
+
+
 def note_admitted(waited: float) -> None:
     info = _current.get()
     if info is not None:
+        info.queued = False
         now_ns = time.time_ns()
         info.queue_seconds += waited
         info.admitted_at = time.perf_counter()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.kinds import KINDS
 from inferd.metrics import Metrics
+from inferd.observability.active import ActiveRequests, ErrorLog
 from inferd.observability.drain import Drain
 from inferd.observability.llamacpp import render_llamacpp
 from inferd.observability.prom import Family, render
@@ -77,6 +78,8 @@ class Observer:
         self.resident: dict[str, int] = {}
         self.rejections: collections.Counter[str] = collections.Counter()  # refusals outside admission
         self.tracer: Tracer | None = None  # --otlp-endpoint (set by the service)
+        self.active = ActiveRequests()  # the requests in flight (GET /admin/requests)
+        self.errors = ErrorLog()        # recent error responses and error log records (GET /admin/errors)
 
     # ---- recording ----------------------------------------------------------------------------
     def reject(self, reason: str) -> None:

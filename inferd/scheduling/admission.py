@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 
 from inferd.errors import Overloaded
-from inferd.observability.context import note_admitted
+from inferd.observability.context import note_admitted, note_queued
 
 
 class Admission:
@@ -52,6 +52,7 @@ class Admission:
             if len(self._waiters) >= self.max_queue:
                 raise self._refuse(f"{self.in_flight} running, {self.queued} queued", "queue_full")
             fut = asyncio.get_running_loop().create_future()
+            note_queued()  # the operator's list shows it as queued until note_admitted
             waiter = (fut, w)
             self._waiters.append(waiter)
             try:

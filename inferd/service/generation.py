@@ -28,7 +28,7 @@ from inferd.chat.templates import render_chat
 from inferd.errors import Cancelled, CapabilityMissing, ContextOverflow, InferdError, InferenceFailed, InvalidInput
 from inferd.metrics import Metrics
 from inferd.models import ModelKind, ModelSpec
-from inferd.observability.context import note_generation
+from inferd.observability.context import note_generation, note_work
 from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.generation import Job
@@ -287,6 +287,15 @@ class GenerationStream:
         if self.job is not None and not self.finished:
             self.handle.scheduler.cancel(self.job)
 
+    def generated(self) -> int:
+        """Tokens generated so far by every choice (read from the engine's thread's lists)."""
+        j = self.job
+        return sum(len(x.generated) for x in j.group) if j is not None else 0
+
+    def waiting(self) -> bool:
+        """Submitted, but no engine slot has taken it yet (all slots busy)."""
+        return self.job is not None and self.job.slot is None and not self.finished
+
     async def aclose(self) -> None:
         if self.closed:
             return
@@ -391,6 +400,7 @@ class GenerationService:
             await stack.aclose()
             raise
         self.streams.add(stream)
+        note_work(stream)
         return stream
 
     async def generate(self, req: GenerateRequest, admit: bool = True) -> Generation:

@@ -1,6 +1,7 @@
 // The console shell: a nav from PAGES, hash routing (#/chat), keyboard shortcuts (listed in
 // the "?" dialog), the theme switch (auto follows prefers-color-scheme) and a health indicator.
 import { PAGES } from "./pages/index.js";
+import { getJSON } from "./api.js";
 import { el } from "./ui.js";
 
 const nav = document.getElementById("nav"), main = document.getElementById("page");
@@ -36,8 +37,16 @@ themeBtn.addEventListener("click", () => {
 const keysDlg = document.getElementById("keysdlg");
 document.getElementById("keys").addEventListener("click", () => keysDlg.showModal());
 
-PAGES.forEach((p, i) => nav.append(el("a", { href: `#/${p.id}`, "data-id": p.id, text: p.title,
+PAGES.forEach((p, i) => nav.append(el("a", { href: `#/${p.id}`, "data-id": p.id, text: p.title, hidden: !!p.needs,
                                               title: i < 9 ? `${p.title} (Alt+${i + 1})` : p.title })));
+// A page that needs a kind (Speak: a speaker) is in the nav once the catalog lists one.
+if (PAGES.some((p) => p.needs)) {
+  getJSON("/ai/v1/models").then((cat) => {
+    for (const p of PAGES.filter((x) => x.needs)) {
+      nav.querySelector(`[data-id="${p.id}"]`).hidden = !Object.keys(cat[p.needs] || {}).length;
+    }
+  }).catch(() => {});  // (the page itself says what failed)
+}
 window.addEventListener("hashchange", route);
 const typing = (t) => t && (t.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName));
 document.addEventListener("keydown", (e) => {

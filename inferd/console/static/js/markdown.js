@@ -2,8 +2,11 @@
 // model's text reaches the page through textContent, so `<img onerror=...>` in an answer is
 // shown as text and no element is ever made from it. Covers what chat answers use:
 // paragraphs, headings, bullet and numbered lists, block quotes, rules, fenced code blocks
-// (highlighted, with a copy button), inline code, **bold**, *emphasis*, ~~strike~~ and http(s) links.
+// (highlighted, with a copy button), inline code, **bold**, *emphasis*, ~~strike~~, http(s) links
+// and math: `$...$` inline, `$$...$$` displayed (math.js: a TeX subset to MathML). A `$` that
+// opens or closes with a space, or closes before a digit ("$5 and $10"), is a dollar sign.
 import { highlight } from "./highlight.js";
+import { mathml } from "./math.js";
 import { el } from "./ui.js";
 
 const FENCE = /^\s*(```+|~~~+)\s*([\w+#.-]*)\s*$/;
@@ -13,7 +16,7 @@ const HEADING = /^(#{1,6})\s+(.*?)\s*#*\s*$/;
 const RULE = /^\s*([-*_])(\s*\1){2,}\s*$/;
 
 // Inline: code spans first (their content is literal), then links, then emphasis.
-const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\((https?:\/\/[^\s)]+)\)|\*\*([^*\n][\s\S]*?)\*\*|__([^_\n][\s\S]*?)__|~~([^~\n][\s\S]*?)~~|\*([^*\s][^*\n]*?)\*|(?<![\w])_([^_\s][^_\n]*?)_(?![\w])/;
+const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\((https?:\/\/[^\s)]+)\)|\*\*([^*\n][\s\S]*?)\*\*|__([^_\n][\s\S]*?)__|~~([^~\n][\s\S]*?)~~|\*([^*\s][^*\n]*?)\*|(?<![\w])_([^_\s][^_\n]*?)_(?![\w])|\$\$([^$]+?)\$\$|(?<![\w$\\])\$(?![\s$])([^$\n]*?[^\s$\\])\$(?![\w$])/;
 
 export function inline(text) {
   const out = [];
@@ -26,6 +29,8 @@ export function inline(text) {
     else if (m[3]) out.push(el("a", { href: m[4], target: "_blank", rel: "noopener noreferrer" }, ...inline(m[3])));
     else if (m[5] || m[6]) out.push(el("strong", {}, ...inline(m[5] || m[6])));
     else if (m[7]) out.push(el("del", {}, ...inline(m[7])));
+    else if (m[10]) out.push(mathml(m[10].trim(), true));
+    else if (m[11]) out.push(mathml(m[11]));
     else out.push(el("em", {}, ...inline(m[8] || m[9])));
     rest = rest.slice(m.index + m[0].length);
   }
@@ -33,7 +38,7 @@ export function inline(text) {
 }
 
 function codeBlock(lang, code) {
-  const copy = el("button", { class: "copy secondary", type: "button", text: "Copy", "aria-label": "copy code" });
+  const copy = el("button", { class: "copy secondary", type: "button", text: "Copy", title: "copy the code" });
   copy.addEventListener("click", async () => {
     try { await navigator.clipboard.writeText(code); copy.textContent = "Copied"; }
     catch { copy.textContent = "Copy failed"; }

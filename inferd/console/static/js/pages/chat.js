@@ -105,7 +105,7 @@ export default {
     const thumbs = el("div", { class: "thumbs", id: "chat-attachments" });
     const micBtn = el("button", { id: "chat-mic", class: "secondary", type: "button", text: "Speak", hidden: true,
                                   title: "record a message (transcribed into the box)" });
-    const audioIn = el("input", { id: "chat-audio", type: "file", accept: "audio/*", class: "sr-only" });
+    const audioIn = el("input", { id: "chat-audio", type: "file", accept: "audio/*", class: "sr-only", hidden: true });
     const audioLabel = el("label", { for: "chat-audio", class: "button secondary", text: "Audio file", hidden: true });
     const recorder = new Recorder();
     let transcriber = "";
@@ -269,7 +269,7 @@ export default {
     modelSel.addEventListener("change", showInfo);
     getJSON("/ai/v1/models").then((cat) => {
       transcriber = Object.keys(cat.transcribers || {}).sort()[0] || "";
-      micBtn.hidden = audioLabel.hidden = !transcriber;
+      micBtn.hidden = audioLabel.hidden = audioIn.hidden = !transcriber;  // no label left for a visible input
       catalog = cat.generators || {};
       const gens = Object.keys(catalog).sort();
       modelSel.replaceChildren(...gens.map((g) => el("option", { value: g, text: g })));

@@ -1,7 +1,8 @@
 // Operator: per-model load (/load, every 2 s: running, waiting, slots, tokens/s with a chart
 // each), latency percentiles from the /metrics histograms (since the server started), and the
-// generators' slots (/slots: what each one is decoding).
-import { getJSON, request } from "../api.js";
+// generators' slots (/slots: what each one is decoding), the requests in flight with a Cancel
+// each (/admin/requests) and the server's recent errors (/admin/errors).
+import { getJSON, postJSON, request } from "../api.js";
 import { el, LineChart, showError } from "../ui.js";
 
 const SAMPLE = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)$/;
@@ -43,6 +44,9 @@ export function quantile(samples, model, q) {
   return prevLe;
 }
 
+const clock = (t) => new Date(t * 1000).toLocaleTimeString();
+const age = (s) => (s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)}m ${Math.round(s % 60)}s`);
+
 const ms = (s) => (s === null ? "-" : s < 1 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(2)} s`);
 
 export default {
@@ -60,6 +64,19 @@ export default {
       el("div", { class: "card" }, charts),
       el("div", { class: "card scroll" }, el("h2", { text: "Slots" }), el("table", {}, head("Slot", "Model", "State",
         "Decoded", "Remaining", "Prompt tokens", "Cached"), slots)));
+
+    const active = el("tbody", { id: "op-active" }), errors = el("tbody", { id: "op-errors" });
+    const noActive = el("p", { class: "muted", id: "op-no-active", text: "No request is running." });
+    const noErrors = el("p", { class: "muted", id: "op-no-errors", text: "No error since the server started." });
+    root.append(
+      el("div", { class: "card scroll" }, el("h2", { text: "Active requests" }), el("table", {}, head("Request id",
+        "Route", "Model", "Client", "Age", "State", "Tokens", "Cancel"), active), noActive),
+      el("div", { class: "card scroll" }, el("h2", { text: "Recent errors" }), el("table", {}, head("Time", "Status",
+        "Where", "Message", "Request id"), errors), noErrors));
+    async function cancel(id) {
+      try { await postJSON(`/admin/requests/${encodeURIComponent(id)}/cancel`, {}); } catch (e) { showError(err, e); }
+      poll();
+    }
 
     const prev = {}, chart = {};
     async function poll() {
@@ -95,6 +112,20 @@ export default {
           el("td", { text: s.next_token ? s.next_token.n_decoded : "-" }),
           el("td", { text: s.next_token ? s.next_token.n_remain : "-" }),
           el("td", { text: s.n_prompt_tokens ?? "-" }), el("td", { text: s.tokens_cached ?? "-" }))));
+        const [act, errs] = await Promise.all([getJSON("/admin/requests"), getJSON("/admin/errors")]);
+        active.replaceChildren(...act.requests.map((r) => el("tr", { "data-id": r.id, "data-state": r.state },
+          el("td", {}, el("code", { text: r.id })), el("td", { text: `${r.method} ${r.route}` }), el("td", { text: r.model || "-" }),
+          el("td", { text: r.client || "-" }), el("td", { text: age(r.age_s) }),
+          el("td", {}, el("span", { class: `pill ${r.state === "running" ? "on" : ""}`, text: r.state })),
+          el("td", { class: "tokens", text: r.tokens ?? "-" }),
+          el("td", {}, el("button", { class: "secondary small cancel", type: "button", disabled: !r.cancellable || r.state === "cancelling",
+            "aria-label": `cancel request ${r.id}`, text: "Cancel", onclick: () => cancel(r.id) })))));
+        noActive.hidden = act.requests.length > 0;
+        errors.replaceChildren(...errs.errors.slice(0, 50).map((e) => el("tr", { "data-status": e.status ?? e.level },
+          el("td", { text: clock(e.time) }), el("td", { class: "err-status", text: e.status ?? e.level }),
+          el("td", { text: e.source === "log" ? e.logger : `${e.method} ${e.path}` }),
+          el("td", { class: "message", text: e.message }), el("td", {}, el("code", { text: e.request_id || "-" })))));
+        noErrors.hidden = errs.errors.length > 0;
         showError(err, null);
       } catch (e) { showError(err, e); }
     }

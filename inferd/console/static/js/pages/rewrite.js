@@ -20,7 +20,7 @@ export default {
       el("div", { class: "row" }, go), err), el("div", { class: "card" }, out));
     modelsOf("rewriters").then((ms) => {
       model.replaceChildren(...ms.map((m) => el("option", { value: m, text: m })));
-      if (!ms.length) out.textContent = "No rewriter is served (put a seq2seq model under rewriters/).";
+      if (!ms.length) out.replaceChildren(el("li", { class: "muted", text: "No rewriter is served (put a seq2seq model under rewriters/)." }));
     }).catch((e) => showError(err, e));
 
     async function submit() {
