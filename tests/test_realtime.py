@@ -223,7 +223,7 @@ async def test_sessions_share_the_models_batches(srv):
     wait in the model's queue together and go through it as one batch."""
     srv.call(srv.service.load_model(MODEL), timeout=120)
     handle = srv.service.registry.loaded[MODEL].model
-    before = handle.queue.stats.largest_batch
+    before = handle.scheduler.stats.largest_batch
     client = ga(srv.url)
     long = pcm24("fox.wav") + pcm24("call.wav")
     conns = [await client.realtime.connect(extra_query={"intent": "transcription"}).enter() for _ in range(4)]
@@ -247,7 +247,7 @@ async def test_sessions_share_the_models_batches(srv):
             await c.close()
     assert covers(results[0][-1].transcript, "call.wav")
     assert all(covers(r[-1].transcript, "walk.wav") for r in results[1:])
-    assert before < 3 <= handle.queue.stats.largest_batch
+    assert before < 3 <= handle.scheduler.stats.largest_batch
 
 
 def _gauge(url: str, name: str) -> float:
