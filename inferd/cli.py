@@ -16,8 +16,6 @@ from inferd.models import ModelSpec
 
 log = logging.getLogger("inferd")
 
-_settings = settings_from  # the name tests and older callers know
-
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn

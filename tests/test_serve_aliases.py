@@ -7,7 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from inferd.cli import _settings, build_parser
+from inferd.cli import build_parser
+from inferd.cli_api import settings_from
 from inferd.registry.pull.cli import prepare_serve
 from inferd.service.loading import runtime_options
 from tests.test_pull_cli import REPO, SHARDS, hub, inferd  # noqa: F401
@@ -32,7 +33,7 @@ def test_local_and_hf_model_are_serve_aliases(hub, tmp_path):  # noqa: F811
 
 def _prepared(*argv: str):
     ns = build_parser().parse_args(list(argv))
-    settings = _settings(ns)
+    settings = settings_from(ns)
     assert prepare_serve(ns, settings) is None
     return settings
 
