@@ -40,7 +40,6 @@ from inferd.api.openai import gen as openai_gen
 from inferd.api.openai import realtime as openai_realtime
 from inferd.api.openai import responses as openai_responses
 from inferd.api.openai import routes as openai_routes
-from inferd.api.openai import speech as openai_speech
 from inferd.config import Settings
 from inferd.observability.active import ErrorLogHandler
 from inferd.errors import InferdError, InvalidInput, NotFound, echo
@@ -55,7 +54,7 @@ ROUTERS = [openai_embed.router, ollama_embed.router, antfly_embed.router,
            console.router, observe.router, admin_requests.router, control.router, openai_routes.router, ollama_routes.router,
            antfly_routes.router, antfly_ml.router, antfly_extract.router,
            openai_gen.router, ollama_gen.router, antfly_gen.router, gen_control.router, antfly_read.router,
-           openai_audio.router, openai_speech.router, antfly_transcribe.router,
+           openai_audio.router, antfly_transcribe.router,
            antfly_rewrite.router]
 ROUTERS.append(openai_files.router)
 ROUTERS.append(openai_responses.router)

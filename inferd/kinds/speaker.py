@@ -61,4 +61,5 @@ def catalog(spec: ModelSpec) -> dict[str, Any]:
 
 SPEAKER: KindSpec[SpeakerHandle] = KindSpec(
     ModelKind.SPEAKER, {"onnx": load}, folder="speakers", describe=describe, capabilities=capabilities,
-    faces=frozenset({"openai", "antfly"}), inputs=("text",), catalog=catalog)
+    faces=frozenset({"openai", "antfly"}), inputs=("text",), catalog=catalog,
+    routes=("inferd.api.openai.speech:router",))  # /v1/audio/speech: this kind's alone
