@@ -74,7 +74,7 @@ class ImageEmbeddingService:
     async def embed(self, model: str | None, inputs: Sequence[Any], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
                     keep_alive: float | None = None) -> EmbedResult:
-        spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
+        spec = self.catalog.resolve_embedder(model)
         kw: dict[str, Any] = dict(task=task, dimensions=dimensions, truncate=truncate, per_item=per_item,
                                   keep_alive=keep_alive)
         if not any(isinstance(x, MediaRef) for x in inputs):
