@@ -222,7 +222,14 @@ def discover(models_dir: Path, ml_dir: Path, model_args: list[str],
                 raise ConfigError(f"--mmproj {proj}: no such file")
             spec = dataclasses.replace(spec, manifest={**spec.manifest, "mmproj": str(proj.resolve())},
                                        capabilities=spec.capabilities | {"vision"})
-        out.specs.append(spec)
+        # the kind's variants, as for a models_dir folder (an embedder's `<name>-i8`); a name
+        # already served (a folder of its own) keeps its model, and the variant is not served
+        taken = {s.name for s in out.specs}
+        for s in served_specs(spec):
+            if "variant_of" in s.manifest and s.name in taken:
+                out.problems.append(f"not serving --model {arg}'s int8 graph as {s.name!r}: a model has that name")
+            else:
+                out.specs.append(s)
     if projectors:
         raise ConfigError(f"--mmproj {projectors[0]}: no hand-registered generator (--model) left to pair it with")
     for p in out.problems:
