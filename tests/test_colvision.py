@@ -116,3 +116,21 @@ def test_text_documents_to_the_image_reranker_are_400(srv):
         assert r.status_code == 400 and "image reranker" in r.text, r.text
     r = post(srv, "/ai/v1/rerank_multimodal", {"model": "colpali-tiny", "query": " ", "documents": [{"content": [_page(0)]}]})
     assert r.status_code == 400 and "query" in r.json()["message"]
+
+
+def test_v1_rerank_takes_image_documents(srv):
+    """/v1/rerank with Jina's `{"image": ...}` documents: sorted results, the same scores."""
+    pages = [{"image": _page(i)["image_url"]["url"]} for i in range(3)]
+    pages[2] = {"image": base64.b64encode((COLPALI / "image2.png").read_bytes()).decode()}  # bare base64
+    r = post(srv, "/v1/rerank", {"model": "colpali-tiny", "query": REF["queries"][0], "documents": pages,
+                                 "top_n": 2, "return_documents": True})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    order = np.argsort(REF["scores"][0])[::-1][:2].tolist()
+    assert [x["index"] for x in results] == order
+    np.testing.assert_allclose([x["relevance_score"] for x in results], np.array(REF["scores"][0])[order], atol=TOL)
+    assert results[0]["document"] == pages[order[0]]
+    bad = post(srv, "/v1/rerank", {"model": "tiny-rerank", "query": "q", "documents": pages})
+    assert bad.status_code == 400 and "scores text only" in bad.json()["error"]["message"], bad.text
+    both = post(srv, "/v1/rerank", {"model": "colpali-tiny", "query": "q", "documents": [{"text": "a", "image": "b"}]})
+    assert both.status_code == 400 and "exactly one" in both.json()["error"]["message"]
