@@ -7,7 +7,10 @@ the model cannot score."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures as cf
+import io
 import json
 import shutil
 
@@ -134,3 +137,55 @@ def test_v1_rerank_takes_image_documents(srv):
     assert bad.status_code == 400 and "scores text only" in bad.json()["error"]["message"], bad.text
     both = post(srv, "/v1/rerank", {"model": "colpali-tiny", "query": "q", "documents": [{"text": "a", "image": "b"}]})
     assert both.status_code == 400 and "exactly one" in both.json()["error"]["message"]
+
+
+def test_concurrent_requests_share_batches(srv):
+    def one(i):
+        q = REF["queries"][i % 2]
+        docs = [{"content": [_page(k)]} for k in range(3)]
+        r = post(srv, "/ai/v1/rerank_multimodal", {"model": "colpali-tiny", "query": q, "documents": docs})
+        assert r.status_code == 200, r.text
+        return [d["score"] for d in r.json()["data"]]
+
+    with cf.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(one, range(8)))
+    for i, scores in enumerate(got):  # whatever batch a request's pages shared, its scores are its own
+        np.testing.assert_allclose(scores, REF["scores"][i % 2], atol=TOL)
+
+    # queries and pages of three requests waiting together: ONE pass of the batcher
+    handle = srv.service.registry.loaded["colpali-tiny"].model
+    rt, batcher = handle.runtime, handle.scheduler
+    items = [rt.prepare_query(REF["queries"][0]), rt.prepare_image(IMAGES[0]), rt.prepare_image(IMAGES[1])]
+
+    async def three_requests():
+        before = batcher.stats.batches
+        outs = await asyncio.gather(*(batcher.submit_each(items, [len(x) for x in items]) for _ in range(3)))
+        return batcher.stats.batches - before, outs
+
+    n_batches, outs = srv.call(three_requests())
+    assert n_batches == 1
+    for q, p0, p1 in outs:
+        np.testing.assert_allclose([rt.score(q, [p0]), rt.score(q, [p1])], REF["scores"][0][:2], atol=TOL)
+
+
+def test_too_large_image_is_413_before_loading(tmp_path):
+    from tests.server import serve
+
+    models = tmp_path / "models"
+    shutil.copytree(COLPALI, models / "rerankers" / "colpali-tiny")
+    big = Image.new("RGB", (65, 9))
+    buf = io.BytesIO()
+    big.save(buf, "PNG")
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()}}
+    with serve(models_dir=str(models), max_image_dimension=64) as s:
+        r = post(s, "/ai/v1/rerank_multimodal", {"model": "colpali-tiny", "query": "q", "documents": [{"content": [part]}]})
+        assert r.status_code == 413 and s.service.registry.loaded == {}, r.text
+
+
+def test_given_by_hand_without_a_manifest_is_an_image_reranker(tmp_path):
+    from inferd.registry.discovery import discover
+
+    folder = shutil.copytree(COLPALI, tmp_path / "cp")
+    (folder / "model_manifest.json").unlink()  # config.json's ColPaliForRetrieval says reranker
+    spec = discover(tmp_path / "none", tmp_path / "none", [f"cp={folder}"]).specs[0]
+    assert spec.kind == "reranker" and {"late_interaction", "image"} <= spec.capabilities
