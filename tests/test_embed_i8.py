@@ -154,3 +154,13 @@ def test_pulled_model_is_registered_under_both_names(models, tmp_path):
         r = httpx.post(s.url + "/v1/embeddings", json={"model": "acme/pulled-i8", "input": TEXTS}, timeout=60)
         assert r.status_code == 200, r.text
         assert s.service.registry.loaded["acme/pulled-i8"].model.runtime.graph_path.endswith("/model_quantized.onnx")
+
+
+def test_a_model_given_by_hand_keeps_its_name_over_a_variant(models, tmp_path):
+    from inferd.registry.discovery import discover
+
+    folder = models / "embedders" / "tiny"
+    found = discover(tmp_path / "none", tmp_path / "none", [f"embedder:a={folder}", f"embedder:a-i8={ONNX / 'tiny-bert-embed'}"])
+    assert sorted(s.name for s in found.specs) == ["a", "a-i8"]
+    assert next(s for s in found.specs if s.name == "a-i8").path == ONNX / "tiny-bert-embed"
+    assert any("'a-i8'" in p for p in found.problems)
