@@ -102,3 +102,65 @@ def test_both_names_are_served_and_embed_alike(models):
     assert not np.allclose(a, b, atol=1e-6)  # two graphs, not one loaded twice
     # the float name is the float graph: it gives the fixture's reference vectors
     np.testing.assert_allclose(a, np.array(REF["mean"][:3]), atol=1e-4)
+
+
+def test_model_given_by_hand_gets_its_i8_name_too(models, tmp_path):
+    from inferd.registry.discovery import discover
+
+    folder = models / "embedders" / "tiny"
+    found = discover(tmp_path / "none", tmp_path / "none", [f"embedder:mine={folder}"])
+    by_name = {s.name: s for s in found.specs}
+    assert sorted(by_name) == ["mine", "mine-i8"]
+    assert by_name["mine"].manifest["onnx_file"] == "model.onnx" and by_name["mine"].source == "cli"
+    assert by_name["mine-i8"].manifest["onnx_file"] == "model_quantized.onnx"
+    assert by_name["mine-i8"].manifest["variant_of"] == "mine"
+    # beside a models_dir folder already called `mine-i8`, that folder keeps the name
+    root = tmp_path / "m"
+    shutil.copytree(ONNX / "tiny-bert-embed", root / "embedders" / "mine-i8")
+    found = discover(root, tmp_path / "none", [f"mine={folder}"])
+    assert sorted(s.name for s in found.specs) == ["mine", "mine-i8"]
+    assert next(s for s in found.specs if s.name == "mine-i8").path == root / "embedders" / "mine-i8"
+    assert any("mine-i8" in p for p in found.problems)
+
+
+def test_model_given_by_hand_serves_both_graphs(models):
+    with serve(models=[f"embedder:hand={models / 'embedders' / 'tiny'}"]) as s:
+        assert {"hand", "hand-i8"} <= set(httpx.get(s.url + "/ai/v1/models").json()["embedders"])
+        vecs = {}
+        for name in ("hand", "hand-i8"):
+            r = httpx.post(s.url + "/v1/embeddings", json={"model": name, "input": TEXTS}, timeout=60)
+            assert r.status_code == 200, r.text
+            vecs[name] = np.array([d["embedding"] for d in r.json()["data"]])
+            assert s.service.registry.loaded[name].model.runtime.graph_path.endswith(
+                "/model.onnx" if name == "hand" else "/model_quantized.onnx")
+    np.testing.assert_allclose(vecs["hand"], np.array(REF["mean"][:3]), atol=1e-4)
+    assert not np.allclose(vecs["hand"], vecs["hand-i8"], atol=1e-6)
+
+
+def test_pulled_model_is_registered_under_both_names(models, tmp_path):
+    from inferd.models import ModelKind
+    from inferd.registry.pull.puller import Pulled
+
+    root = tmp_path / "m"
+    (root / "embedders").mkdir(parents=True)
+    with serve(models_dir=str(root)) as s:
+        # register() is what a finished pull runs, once the files are in the server's models_dir
+        shutil.copytree(models / "embedders" / "tiny", root / "embedders" / "acme" / "pulled")
+        spec = s.call(s.service.models_mgr.register(Pulled("acme/pulled", root / "embedders" / "acme" / "pulled",
+                                                           ModelKind.EMBEDDER)))
+        assert spec.name == "acme/pulled" and spec.manifest["onnx_file"] == "model.onnx"
+        listed = httpx.get(s.url + "/ai/v1/models").json()["embedders"]
+        assert {"acme/pulled", "acme/pulled-i8"} <= set(listed)
+        r = httpx.post(s.url + "/v1/embeddings", json={"model": "acme/pulled-i8", "input": TEXTS}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert s.service.registry.loaded["acme/pulled-i8"].model.runtime.graph_path.endswith("/model_quantized.onnx")
+
+
+def test_a_model_given_by_hand_keeps_its_name_over_a_variant(models, tmp_path):
+    from inferd.registry.discovery import discover
+
+    folder = models / "embedders" / "tiny"
+    found = discover(tmp_path / "none", tmp_path / "none", [f"embedder:a={folder}", f"embedder:a-i8={ONNX / 'tiny-bert-embed'}"])
+    assert sorted(s.name for s in found.specs) == ["a", "a-i8"]
+    assert next(s for s in found.specs if s.name == "a-i8").path == ONNX / "tiny-bert-embed"
+    assert any("'a-i8'" in p for p in found.problems)

@@ -1,6 +1,7 @@
 """Rerankers: ONNX cross-encoders (a sequence classifier scoring query + document) or
-late-interaction models (ColBERT) declared by their manifest (runtimes/onnx), or GGUF
-cross-encoders on llama.cpp's rank pooling (runtimes/gguf_rerank.py); all batched."""
+late-interaction models (ColBERT) declared by their manifest (runtimes/onnx), late-interaction
+image rerankers (ColPali: a text graph beside an image graph, runtimes/onnx/colvision.py), or
+GGUF cross-encoders on llama.cpp's rank pooling (runtimes/gguf_rerank.py); all batched."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import ModelNotSupported
-from inferd.kinds.spec import KindSpec, batched, declared, lazy
+from inferd.kinds.spec import KindSpec, batched, declared, folder_of, lazy
 from inferd.models import ModelKind, ModelSpec, model_ggufs
 
 if TYPE_CHECKING:
@@ -20,6 +21,10 @@ NO_RANK_HEAD = ("this GGUF does not declare rank pooling (<arch>.pooling_type = 
                 "reranking head to run; convert the reranker with its classification head, or say "
                 "\"pooling\": \"rank\" in its model_manifest.json if it has one")
 _gguf = batched(lazy("inferd.runtimes.gguf_rerank", "load_reranker"))
+_text_onnx = batched(lazy("inferd.runtimes.onnx", "load_reranker"))
+_colvision = batched(lazy("inferd.runtimes.onnx.colvision", "load"))
+# ColVision graphs (runtimes/onnx/colvision.py names them; file names only, no runtime import)
+_COLVISION = (("text_model.onnx", "image_model.onnx"), ("onnx/text_model.onnx", "onnx/image_model.onnx"))
 
 
 def describe(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +47,15 @@ def describe(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 def capabilities(fmt: str, path: Path, manifest: dict[str, Any]) -> set[str]:
     if manifest.get("unsupported"):
         return {"unsupported"}
+    folder = folder_of(path)
+    if path.is_dir() and any(all((folder / f).is_file() for f in pair) for pair in _COLVISION):
+        return {"late_interaction", "image"}  # ColPali-style: page images scored by MaxSim
     return set() if declared(manifest) & {"late_interaction", "colbert"} else {"cross_encoder"}
+
+
+def load_onnx(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
+    """An image reranker's batcher takes queries and page images; a text one's, token sequences."""
+    return (_colvision if "image" in spec.capabilities else _text_onnx)(spec, opts)
 
 
 def load_gguf(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
@@ -52,6 +65,6 @@ def load_gguf(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
 
 
 RERANKER: KindSpec[EncoderHandle[RerankerRuntime]] = KindSpec(
-    ModelKind.RERANKER, {"onnx": batched(lazy("inferd.runtimes.onnx", "load_reranker")), "gguf": load_gguf},
-    folder="rerankers", architectures=("SequenceClassification",), describe=describe, capabilities=capabilities,
+    ModelKind.RERANKER, {"onnx": load_onnx, "gguf": load_gguf},
+    folder="rerankers", architectures=("SequenceClassification", "ForRetrieval"), describe=describe, capabilities=capabilities,
     pipeline_tags=("text-classification", "text-ranking"), faces=frozenset({"openai", "antfly"}), observe="batch")

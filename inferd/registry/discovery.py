@@ -222,7 +222,12 @@ def discover(models_dir: Path, ml_dir: Path, model_args: list[str],
                 raise ConfigError(f"--mmproj {proj}: no such file")
             spec = dataclasses.replace(spec, manifest={**spec.manifest, "mmproj": str(proj.resolve())},
                                        capabilities=spec.capabilities | {"vision"})
-        out.specs.append(spec)
+        out.specs += served_specs(spec)  # the kind's variants, as for a models_dir folder: `<name>-i8`
+    # A model of its own (a folder, a --model) keeps its name over another's variant of that name.
+    own = {s.name for s in out.specs if "variant_of" not in s.manifest}
+    for s in [s for s in out.specs if "variant_of" in s.manifest and s.name in own]:
+        out.specs.remove(s)
+        out.problems.append(f"not serving {s.path}'s int8 graph as {s.name!r}: a model has that name")
     if projectors:
         raise ConfigError(f"--mmproj {projectors[0]}: no hand-registered generator (--model) left to pair it with")
     for p in out.problems:

@@ -84,6 +84,9 @@ class Registry:
     downloadable: Callable[[str], bool] | None = None
     fetch_missing: Callable[[str, ModelKind], Awaitable[ModelSpec]] | None = None
     aliases: dict[str, str] = field(default_factory=dict)
+    # Specs that are loaded and held like any other but are not served names of their own, so
+    # no catalog lists them: a GGUF generator's embedding twin (service/core.py)
+    twins: dict[str, ModelSpec] = field(default_factory=dict)
 
     @classmethod
     def build(cls, specs: Iterable[ModelSpec], loader_for: LoaderLookup, **kw: Any) -> "Registry":
@@ -129,7 +132,7 @@ class Registry:
 
     def lookup(self, name: str) -> ModelSpec | None:
         """The served model called `name` (or one of its other spellings), else None."""
-        spec = self.specs.get(name) or self._alias(name)
+        spec = self.specs.get(name) or self.twins.get(name) or self._alias(name)
         if spec is None and name.endswith(":latest"):  # Ollama's `name:tag`: "x:latest" is "x"
             spec = self.specs.get(name[: -len(":latest")])
         return spec

@@ -143,6 +143,8 @@ class InferenceService:
         return self.registry.resolve_served(name, kinds or None)
 
     def spec_for(self, model: str | None, kind: ModelKind) -> ModelSpec:
+        if kind is ModelKind.EMBEDDER:  # a GGUF generator may embed (openai-server's rule, Catalog)
+            return self.catalog.resolve_embedder(model)
         return self.catalog.resolve(model, kind)
 
     def loaded(self) -> list[dict[str, Any]]:

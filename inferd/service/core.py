@@ -3,18 +3,22 @@ route; plus discovery at start-up and the list of installed native backends."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from typing import Any
 
 from inferd.config import Settings
-from inferd.errors import InvalidInput
+from inferd.errors import InvalidInput, ModelNotSupported
 from inferd.models import ModelKind, ModelSpec
 from inferd.registry.builtins import builtin_specs
 from inferd.registry.discovery import Discovery, discover
 from inferd.registry.registry import Registry
 
 log = logging.getLogger("inferd.service")
+
+EMBEDDING_TWIN = "@embeddings"  # a generator's embedding twin: `<generator>@embeddings` (no served name has "@")
+EMBEDDINGS_OF = "embeddings_of"  # its manifest key: the generator it embeds for (the name it answers with)
 
 
 def available_backends() -> dict[str, bool]:
@@ -62,6 +66,42 @@ class Catalog:
             what = kinds[0].plural if len(kinds) == 1 else "models"
             raise InvalidInput(f"'model' is required ({len(found)} {what} are served)", "model")
         return self.registry.resolve(model, kinds or None)
+
+    def resolve_embedder(self, model: str | None) -> ModelSpec:
+        """resolve(model, EMBEDDER), plus openai-server's rule (it embeds with its one loaded
+        GGUF): where no embedder is configured (built-ins aside), a GGUF generator named as
+        `model`, or the only generator when `model` is omitted and no embedder at all is
+        served, embeds through llama.cpp's embedding mode (runtimes/gguf_embed.py: pooling from
+        the GGUF's metadata, mean when it declares none). An unknown name stays a 404."""
+        try:
+            return self.resolve(model, ModelKind.EMBEDDER)
+        except (InvalidInput, ModelNotSupported):
+            gen = self._generator_to_embed(model)
+            if gen is None:
+                raise
+            return self.embedding_twin(gen)
+
+    def _generator_to_embed(self, model: str | None) -> ModelSpec | None:
+        embedders = self.registry.of_kind(ModelKind.EMBEDDER)
+        if any(s.source != "builtin" for s in embedders):
+            return None
+        if model:
+            spec = self.registry.lookup(model)
+        else:
+            gens = self.registry.of_kind(ModelKind.GENERATOR)
+            spec = gens[0] if len(gens) == 1 and not embedders else None
+        return spec if spec is not None and spec.kind is ModelKind.GENERATOR and spec.format == "gguf" else None
+
+    def embedding_twin(self, gen: ModelSpec) -> ModelSpec:
+        """The embedder spec of a GGUF generator's file: its own loaded llama.cpp context (in
+        embedding mode), held and budgeted like any model, answering with the generator's name."""
+        name = gen.name + EMBEDDING_TWIN
+        twin = self.registry.twins.get(name)
+        if twin is None or twin.path != gen.path:
+            twin = dataclasses.replace(gen, name=name, kind=ModelKind.EMBEDDER, capabilities=frozenset({"dense"}),
+                                       manifest={**gen.manifest, EMBEDDINGS_OF: gen.name})
+            self.registry.twins[name] = twin
+        return twin
 
     def is_loaded(self, name: str) -> bool:
         return name in self.registry.loaded

@@ -19,7 +19,7 @@ from inferd.models import ModelKind, ModelSpec
 from inferd.registry.registry import Registry
 from inferd.runtimes.common.pooling import truncate_dims
 from inferd.scheduling.admission import Admission
-from inferd.service.core import Catalog
+from inferd.service.core import EMBEDDINGS_OF, Catalog
 from inferd.kinds import CHUNKER, EMBEDDER, RERANKER
 from inferd.service.handles import EmbedderRuntime
 from inferd.service.verb import Verb, items_of, raise_first, total_chars
@@ -71,7 +71,7 @@ class EncoderService:
         """Embeddings for `inputs`. With per_item, a bad input (empty, too long without
         truncation, bad token ids, failed batch) becomes that item's error; otherwise the first
         one fails the request."""
-        spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
+        spec = self.catalog.resolve_embedder(model)  # an embedder, or a GGUF generator's embedding twin
         check_embed_request(inputs, self.max_inputs, dimensions, per_item)  # fail fast before any model work
         async with self.embedder.use(spec.name, keep_alive) as held:
             rt: EmbedderRuntime = held.handle.runtime
@@ -84,7 +84,8 @@ class EncoderService:
         cut = [i for i, p in enumerate(ran.prepared) if getattr(p, "truncated", False)]
         tokens = sum(len(ran.prepared[i]) for i, _ in ran.done)
         items = items_of(ran, lambda i, out: out if dimensions is None else truncate_dims(out, dimensions))
-        return EmbedResult(spec.name, dimensions or rt.dims, rt.sparse, items, tokens, held.load_seconds, cut)
+        served = str(spec.manifest.get(EMBEDDINGS_OF) or spec.name)  # a twin answers as its generator
+        return EmbedResult(served, dimensions or rt.dims, rt.sparse, items, tokens, held.load_seconds, cut)
 
     async def rerank(self, model: str | None, query: str, documents: Sequence[str],
                      keep_alive: float | None = None, param: str = "documents") -> RerankResult:

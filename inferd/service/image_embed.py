@@ -21,11 +21,12 @@ from inferd.registry.registry import Registry
 from inferd.scheduling.admission import Admission
 from inferd.scheduling.media import MediaAdmission, decode_all
 from inferd.service.core import Catalog
-from inferd.kinds import EMBEDDER
+from inferd.kinds import EMBEDDER, RERANKER
 from inferd.runtimes.common.pooling import truncate_dims
 from inferd.service.encoders import (EmbedInput, EmbedResult, EncoderService, RerankResult, check_dimensions,
                                      check_embed_request)
 from inferd.service.handles import ImageEmbedderRuntime
+from inferd.service.image_rerank import late_interaction_rerank
 from inferd.service.input_limits import check_input_count
 from inferd.service.verb import Verb, items_of, raise_first
 
@@ -44,6 +45,7 @@ class ImageEmbeddingService:
         self.catalog, self.registry, self.admission, self.media = catalog, registry, admission, media
         self.text = text  # text-only requests, and text models given images (their items become errors)
         self.verb = Verb(EMBEDDER, registry, admission)
+        self.rerank_verb = Verb(RERANKER, registry, admission)  # late-interaction image rerankers
 
     async def _encode(self, spec: ModelSpec, inputs: Sequence[Any], task: str | None, per_item: bool,
                       keep_alive: float | None, dimensions: int | None = None,
@@ -72,7 +74,7 @@ class ImageEmbeddingService:
     async def embed(self, model: str | None, inputs: Sequence[Any], *, task: str | None = None,
                     dimensions: int | None = None, truncate: bool = True, per_item: bool = False,
                     keep_alive: float | None = None) -> EmbedResult:
-        spec = self.catalog.resolve(model, ModelKind.EMBEDDER)
+        spec = self.catalog.resolve_embedder(model)
         kw: dict[str, Any] = dict(task=task, dimensions=dimensions, truncate=truncate, per_item=per_item,
                                   keep_alive=keep_alive)
         if not any(isinstance(x, MediaRef) for x in inputs):
@@ -98,13 +100,19 @@ class ImageEmbeddingService:
                                 documents: Sequence[Sequence[Part]]) -> RerankResult:
         """Documents with image parts are scored by an image-capable embedder: cosine between
         the query's text vector and the document's (the normalised mean of its parts: its
-        text, joined, and each image). Text-only documents on a reranker keep the reranker."""
+        text, joined, and each image); or by a late-interaction image reranker (ColPali):
+        MaxSim of the query's token vectors over the page's (service/image_rerank.py).
+        Text-only documents on a text reranker keep the reranker."""
         spec = self.rerank_spec(model)
         has_images = any(isinstance(p, MediaRef) for d in documents for p in d)
+        if spec.kind is ModelKind.RERANKER and "image" in spec.capabilities:
+            return await late_interaction_rerank(self.rerank_verb, self.media, spec, query, documents,
+                                                 self.text.max_inputs)
         if spec.kind is ModelKind.RERANKER:
             if has_images:
-                raise CapabilityMissing(f"reranker '{spec.name}' scores text only; documents with images need an "
-                                        "embedder with the 'image' capability (a CLIP-style model) as 'model'")
+                raise CapabilityMissing(f"reranker '{spec.name}' scores text only; documents with images need a "
+                                        "model that encodes images as 'model': a late-interaction image reranker "
+                                        "(ColPali-style) or an embedder with the 'image' capability (CLIP-style)")
             return await self.text.rerank(spec.name, query,
                                           ["\n".join(p for p in d if isinstance(p, str)) for d in documents])
         if "image" not in spec.capabilities:

@@ -21,7 +21,7 @@ from typing import Any
 from inferd.config import Settings
 from inferd.errors import Forbidden, InsufficientStorage, InvalidInput, ModelNotFound, NotFound
 from inferd.net.policy import FetchPolicy
-from inferd.registry.discovery import MANIFEST, make_spec
+from inferd.registry.discovery import MANIFEST, make_spec, served_specs
 from inferd.registry.pull.install import install, remove_folder
 from inferd.registry.pull.names import is_hub_name, parse_hub
 from inferd.registry.pull.puller import Pulled, Puller
@@ -184,10 +184,18 @@ class ModelManager:
     async def register(self, pulled: Pulled) -> ModelSpec:
         rel = pulled.path.relative_to(self.models_dir / pulled.kind.plural).as_posix()
         spec = make_spec(rel, pulled.path, "models_dir", pulled.kind)
-        if spec.name in self.registry.loaded:  # re-pulled: the next use loads the new files
-            await self.registry.unload(spec.name)
-        self.registry.specs[spec.name] = spec
-        return spec
+        # served under its kind's names, as discovery serves a folder (an embedder with a float
+        # and an int8 graph: `<name>` and `<name>-i8`); a variant name another model already has
+        # stays that model's
+        for s in served_specs(spec):
+            other = self.registry.specs.get(s.name)
+            if "variant_of" in s.manifest and other is not None and other.manifest.get("variant_of") != spec.name:
+                log.warning("not serving %s's int8 graph as %r: a model has that name", pulled.path, s.name)
+                continue
+            if s.name in self.registry.loaded:  # re-pulled: the next use loads the new files
+                await self.registry.unload(s.name)
+            self.registry.specs[s.name] = s
+        return self.registry.specs[spec.name]
 
     # ---- management ---------------------------------------------------------------------------
     def _own(self, name: str) -> tuple[ModelSpec, Path]:

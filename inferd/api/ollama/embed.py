@@ -77,7 +77,7 @@ async def embed(req: EmbedRequest, request: Request, svc: InferenceService = Dep
 async def embeddings(req: LegacyEmbeddingsRequest, request: Request,
                      svc: InferenceService = Depends(get_service)) -> Response:
     if not req.prompt:  # Ollama answers an empty prompt with an empty vector
-        svc.resolve(req.model, ModelKind.EMBEDDER)
+        svc.spec_for(req.model, ModelKind.EMBEDDER)
         return JSONResponse({"embedding": []})
     r = await cancel_on_disconnect(request, svc.embed(req.model, [req.prompt], keep_alive=keep_alive(req.keep_alive)))
     return FastJSONResponse(legacy_response(r))

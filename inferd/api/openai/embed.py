@@ -17,6 +17,7 @@ from inferd.api.deps import get_service
 from inferd.api.fastjson import FastJSONResponse
 from inferd.api.streaming import cancel_on_disconnect
 from inferd.errors import InvalidInput, ModelNotSupported
+from inferd.media.sources import MediaRef, inline_ref, parse_ref
 from inferd.models import ModelKind
 from inferd.service import EmbedResult, InferenceService, RerankResult
 
@@ -39,8 +40,12 @@ class EmbeddingRequest(BaseModel):
 
 
 class RerankDocument(BaseModel):
+    """`{"text": ...}`, or (Jina's multimodal rerank shape) `{"image": ...}`: a data URI, a
+    `file-...` id, an http(s) URL or bare base64."""
+
     model_config = ConfigDict(extra="ignore")
-    text: str
+    text: str | None = None
+    image: str | None = None
 
 
 class RerankRequest(BaseModel):
@@ -100,11 +105,31 @@ def embeddings_response(r: EmbedResult, encoding_format: str) -> dict[str, Any]:
             "usage": {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens}}
 
 
-def rerank_documents(req: RerankRequest) -> list[str]:
-    return [d if isinstance(d, str) else d.text for d in req.documents]
+def rerank_documents(req: RerankRequest) -> list[str | MediaRef]:
+    """Each document's text, or its image reference (parsed, not fetched)."""
+    out: list[str | MediaRef] = []
+    for i, d in enumerate(req.documents):
+        if isinstance(d, str):
+            out.append(d)
+        elif (d.text is None) == (d.image is None):
+            raise InvalidInput(f"documents[{i}] needs exactly one of 'text' and 'image'", f"documents[{i}]")
+        elif d.text is not None:
+            out.append(d.text)
+        else:
+            where = f"documents[{i}].image"
+            img = str(d.image).strip()
+            out.append(parse_ref(img, where) if img.startswith(("data:", "file-", "http://", "https://"))
+                       else inline_ref(img, None, where))
+    return out
 
 
-def rerank_response(r: RerankResult, docs: Sequence[str], top_n: int | None, return_documents: bool,
+def echoed(req: RerankRequest) -> list[dict[str, str]]:
+    """`return_documents`: each document as it was sent."""
+    return [{"text": d} if isinstance(d, str) else {"image": d.image} if d.image is not None
+            else {"text": d.text or ""} for d in req.documents]
+
+
+def rerank_response(r: RerankResult, docs: Sequence[dict[str, str]], top_n: int | None, return_documents: bool,
                     request_id: str) -> dict[str, Any]:
     order = sorted(range(len(r.scores)), key=lambda i: -r.scores[i])
     if top_n is not None:
@@ -113,7 +138,7 @@ def rerank_response(r: RerankResult, docs: Sequence[str], top_n: int | None, ret
     for i in order:
         item: dict[str, Any] = {"index": i, "relevance_score": r.scores[i]}
         if return_documents:
-            item["document"] = {"text": docs[i]}
+            item["document"] = docs[i]
         results.append(item)
     return {"id": request_id, "object": "list", "model": r.model, "results": results,
             "usage": {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens}}
@@ -138,6 +163,13 @@ async def embeddings(req: EmbeddingRequest, request: Request,
 @router.post("/rerank")
 async def rerank(req: RerankRequest, request: Request, svc: InferenceService = Depends(get_service)) -> JSONResponse:
     docs = rerank_documents(req)
-    r = await cancel_on_disconnect(request, svc.rerank(req.model, req.query, docs))
-    return JSONResponse(rerank_response(r, docs, req.top_n, req.return_documents,
-                                                f"rerank-{uuid.uuid4().hex[:24]}"))
+    if any(isinstance(d, MediaRef) for d in docs):
+        # image documents: the multimodal path (a ColPali-style reranker's MaxSim, or a CLIP
+        # embedder's cosine), as /ai/v1/rerank_multimodal; a text reranker answers 400 there
+        spec = svc.multimodal_rerank_spec(req.model)
+        work = svc.rerank_multimodal(spec.name, req.query, [[d] for d in docs])
+    else:
+        work = svc.rerank(req.model, req.query, [d for d in docs if isinstance(d, str)])
+    r = await cancel_on_disconnect(request, work)
+    return JSONResponse(rerank_response(r, echoed(req), req.top_n, req.return_documents,
+                                        f"rerank-{uuid.uuid4().hex[:24]}"))
