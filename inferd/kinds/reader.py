@@ -1,8 +1,9 @@
 """Readers (OCR and document understanding): a PP-OCR det+rec pair (runtimes/ocr) or a
 vision encoder-decoder in the optimum ONNX layout, TrOCR or Donut
-(runtimes/onnx/vision_seq2seq.py), batched by images. Which one a `readers/<name>/` folder
-holds is read from its files alone; an architecture inferd has no runtime for (Florence-2,
-Moondream, Pix2Struct) is still listed, with the reason, and refused with a 400 naming it."""
+(runtimes/onnx/vision_seq2seq.py), or Florence-2 in onnx-community's ONNX layout
+(runtimes/onnx/florence2.py), batched by images. Which one a `readers/<name>/` folder
+holds is read from its files alone; an architecture inferd has no runtime for (Moondream,
+Pix2Struct, Florence-2 without its ONNX export) is still listed, with the reason, and refused with a 400 naming it."""
 
 from __future__ import annotations
 
@@ -19,12 +20,21 @@ if TYPE_CHECKING:
     from inferd.service.handles import EncoderHandle, ReaderRuntime
 
 # config.json model_type / architecture markers of readers with no runtime in inferd
-UNSUPPORTED = {"florence": "Florence-2", "moondream": "Moondream", "pix2struct": "Pix2Struct",
+UNSUPPORTED = {"moondream": "Moondream", "pix2struct": "Pix2Struct",
                "nougat": "Nougat", "got_ocr": "GOT-OCR", "paligemma": "PaliGemma"}
-CAPABILITIES = {"ppocr": {"ocr", "regions"}, "trocr": {"ocr"}, "donut": {"ocr", "document", "fields", "prompt"}}
+# Why each is refused, measured (docs/readers-florence-pix2struct.md): the 400 carries it.
+WHY = {
+    "Moondream": "transformers (5.24) has no Moondream model: the hub's moondream2 runs only as "
+                 "trust_remote_code, so there is no reference library to check an ONNX runtime against",
+}
+# Florence-2 runs from its ONNX export only; a folder without it is refused with what is missing.
+FLORENCE_FILES = ("vision_encoder.onnx", "embed_tokens.onnx", "encoder_model.onnx")
+CAPABILITIES = {"ppocr": {"ocr", "regions"}, "trocr": {"ocr"}, "donut": {"ocr", "document", "fields", "prompt"},
+                "florence2": {"ocr", "regions", "caption", "detection", "prompt"}}
 _RUNTIMES = {"ppocr": batched(lazy("inferd.runtimes.ocr", "load")),
              "trocr": batched(lazy("inferd.runtimes.onnx.vision_seq2seq", "load")),
-             "donut": batched(lazy("inferd.runtimes.onnx.vision_seq2seq", "load"))}
+             "donut": batched(lazy("inferd.runtimes.onnx.vision_seq2seq", "load")),
+             "florence2": batched(lazy("inferd.runtimes.onnx.florence2", "load"))}
 
 
 def load(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
@@ -49,15 +59,24 @@ def _config(folder: Path) -> dict[str, Any]:
 
 def reader_info(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """{"reader": family} for a served reader, plus {"unsupported": reason} for one inferd
-    cannot run. A manifest's "reader" ("ppocr", "trocr", "donut") wins over detection."""
+    cannot run. A manifest's "reader" ("ppocr", "trocr", "donut") wins over detection, except
+    for the architectures named in config.json."""
     folder = folder_of(path)
     cfg = _config(folder)
     words = " ".join([str(cfg.get("model_type", "")), *map(str, cfg.get("architectures") or []),
                       str(manifest.get("architecture", "")), str(manifest.get("family", ""))]).lower()
+    if "florence" in words:
+        missing = [f for f in FLORENCE_FILES if not (folder / f).is_file() and not (folder / "onnx" / f).is_file()]
+        if missing:
+            return {"reader": "florence2", "unsupported": "unsupported architecture Florence-2 in this layout: "
+                    f"inferd runs Florence-2 from its ONNX export, and {', '.join(missing)} is missing "
+                    "(onnx-community/Florence-2-* ships the layout)"}
+        return {"reader": "florence2"}
     for marker, arch in UNSUPPORTED.items():
         if marker in words.replace("-", "").replace("_", "") or marker in words:
-            return {"reader": arch.lower(), "unsupported": f"unsupported architecture {arch}: inferd has no "
-                                                         f"{arch} runtime (readers run PP-OCR, TrOCR and Donut)"}
+            why = WHY.get(arch, f"inferd has no {arch} runtime")
+            return {"reader": arch.lower(), "unsupported": f"unsupported architecture {arch}: {why} "
+                                                         "(readers run PP-OCR, TrOCR, Donut and Florence-2)"}
     want = manifest.get("reader")
     if want in CAPABILITIES:
         return {"reader": want}
