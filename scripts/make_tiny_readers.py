@@ -287,14 +287,168 @@ def make_florence(out: Path) -> None:
             print(c["prompt"], c["num_beams"], c["post"])
 
 
+# ---- Pix2Struct ------------------------------------------------------------------------------
+class P2SEnc(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, flattened_patches, attention_mask):
+        return self.m.encoder(flattened_patches=flattened_patches, attention_mask=attention_mask).last_hidden_state
+
+
+class P2SDec(torch.nn.Module):
+    """decoder_model.onnx (optimum's Pix2Struct layout): ids -> logits, self and cross cache."""
+
+    def __init__(self, m, n):
+        super().__init__()
+        self.m, self.n = m, n
+
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask):
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        out = self.m.decoder(input_ids=input_ids, encoder_hidden_states=encoder_hidden_states,
+                             encoder_attention_mask=encoder_attention_mask,
+                             cache=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True)
+        c, flat = out.cache, []
+        for i in range(self.n):
+            s, x = c.self_attention_cache.layers[i], c.cross_attention_cache.layers[i]
+            flat += [s.keys, s.values, x.keys, x.values]
+        return (out.logits, *flat)
+
+
+class P2SDecPast(torch.nn.Module):
+    def __init__(self, m, n):
+        super().__init__()
+        self.m, self.n = m, n
+
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask, *pkv):
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        cache = EncoderDecoderCache(DynamicCache([(pkv[4 * i], pkv[4 * i + 1]) for i in range(self.n)]),
+                                    DynamicCache([(pkv[4 * i + 2], pkv[4 * i + 3]) for i in range(self.n)]))
+        out = self.m.decoder(input_ids=input_ids, encoder_hidden_states=encoder_hidden_states,
+                             encoder_attention_mask=encoder_attention_mask, cache=cache, use_cache=True)
+        c, flat = out.cache, []
+        for i in range(self.n):
+            s = c.self_attention_cache.layers[i]
+            flat += [s.keys, s.values]
+        return (out.logits, *flat)
+
+
+def p2s_tokenizer() -> Tokenizer:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    # T5's order: <pad>=0 (also the decoder start), </s>=1, <unk>=2
+    trainer = trainers.BpeTrainer(vocab_size=280, special_tokens=["<pad>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    return tok
+
+
+def make_pix2struct(out: Path) -> None:
+    from PIL import ImageFont
+    from transformers import (Pix2StructConfig, Pix2StructForConditionalGeneration, Pix2StructImageProcessorPil,
+                              Pix2StructTextConfig, Pix2StructVisionConfig)
+
+    tok = p2s_tokenizer()
+    vocab = tok.get_vocab_size()
+    ph = 8
+    max_patches = 48
+    text = Pix2StructTextConfig(vocab_size=vocab, hidden_size=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
+                                relative_attention_num_buckets=8, relative_attention_max_distance=16, dropout_rate=0.0,
+                                pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, initializer_factor=1.0)
+    vision = Pix2StructVisionConfig(hidden_size=32, patch_embed_hidden_size=ph * ph * 3, d_ff=64, d_kv=16,
+                                    num_hidden_layers=1, num_attention_heads=2, seq_len=max_patches, dropout_rate=0.0,
+                                    relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                                    initializer_factor=1.0)
+    cfg = Pix2StructConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), is_vqa=True,
+                           decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = Pix2StructForConditionalGeneration(cfg).eval()
+    g = model.generation_config
+    g.decoder_start_token_id, g.pad_token_id, g.eos_token_id = 0, 0, 1
+    improc = Pix2StructImageProcessorPil(patch_size={"height": ph, "width": ph}, max_patches=max_patches, is_vqa=True)
+    # The hub's processor downloads Arial.TTF at run time; an offline server cannot, so inferd
+    # renders headers with a font file in the model folder, else Pillow's built-in one: the
+    # fixture's reference uses that built-in one.
+    font = ImageFont.load_default(36).font_bytes
+    out.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    improc.save_pretrained(out)
+    tok.save(str(out / "tokenizer.json"))
+    images = [image(), second_image()]
+    for i, im in enumerate(images):
+        im.save(out / f"image{i}.png")
+    questions = ["What is the total?", "What type of document is this?"]
+    def vqa(im: Image.Image, q: str):
+        # The processor's own VQA path (render_header, then patches); transformers 5.24's kwarg
+        # validation refuses font_bytes in __call__, so its two steps are called one by one.
+        hdr = improc.render_header(np.asarray(im).transpose(2, 0, 1), q, font_bytes=font)
+        return improc(images=Image.fromarray(hdr.transpose(1, 2, 0)), is_vqa=False, return_tensors="pt")
+
+    feats = [vqa(im, q) for im in images for q in questions]
+    fp = torch.cat([f.flattened_patches for f in feats])
+    am = torch.cat([f.attention_mask for f in feats])
+    np.save(out / "flattened_patches.npy", fp.numpy().astype(np.float32))
+    np.save(out / "attention_mask.npy", am.numpy().astype(np.float32))
+    enc = P2SEnc(model)
+    export(enc, (fp, am), out / "encoder_model.onnx", ["flattened_patches", "attention_mask"], ["last_hidden_state"],
+           {"flattened_patches": {0: "batch"}, "attention_mask": {0: "batch"}, "last_hidden_state": {0: "batch"}})
+    with torch.no_grad():
+        hidden = enc(fp, am)
+    ids = torch.tensor([[0, 5, 6]] * fp.shape[0])
+    n = 1
+    pkv = []
+    for i in range(n):
+        pkv += [f"present.{i}.decoder.key", f"present.{i}.decoder.value",
+                f"present.{i}.encoder.key", f"present.{i}.encoder.value"]
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "encoder_hidden_states": {0: "batch"},
+           "encoder_attention_mask": {0: "batch"}, "logits": {0: "batch", 1: "seq"}}
+    dyn.update({k: {0: "batch", 2: "past" if "decoder" in k else "enc"} for k in pkv})
+    export(P2SDec(model, n), (ids, hidden, am), out / "decoder_model.onnx",
+           ["input_ids", "encoder_hidden_states", "encoder_attention_mask"], ["logits", *pkv], dyn)
+    with torch.no_grad():
+        first = P2SDec(model, n)(ids, hidden, am)
+    past_in = [k.replace("present.", "past_key_values.") for k in pkv]
+    present_out = [k for k in pkv if "decoder" in k]
+    dyn = {"input_ids": {0: "batch"}, "encoder_hidden_states": {0: "batch"}, "encoder_attention_mask": {0: "batch"},
+           "logits": {0: "batch"}}
+    dyn.update({k: {0: "batch", 2: "past_seq"} for k in past_in if "decoder" in k})
+    dyn.update({k: {0: "batch"} for k in past_in if "encoder" in k})
+    dyn.update({k: {0: "batch", 2: "total_seq"} for k in present_out})
+    export(P2SDecPast(model, n), (ids[:, -1:], hidden, am, *first[1:]), out / "decoder_with_past_model.onnx",
+           ["input_ids", "encoder_hidden_states", "encoder_attention_mask", *past_in], ["logits", *present_out], dyn)
+    ref: dict = {"max_new_tokens": 12, "questions": questions, "cases": []}
+    k = 0
+    for bi in range(len(images)):
+        for q in questions:
+            f = feats[k]
+            k += 1
+            for nb in (1, 2):
+                with torch.no_grad():
+                    seq = model.generate(flattened_patches=f.flattened_patches, attention_mask=f.attention_mask,
+                                         max_new_tokens=12, num_beams=nb, do_sample=False, early_stopping=nb > 1)
+                ref["cases"].append({"image": bi, "prompt": q, "num_beams": nb, "row": k - 1, "tokens": seq[0].tolist()})
+    (out / "reference.json").write_text(json.dumps(ref, indent=1))
+    print(ref["cases"][:2])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "readers"))
+    ap.add_argument("--only", choices=["florence2", "pix2struct"])
     a = ap.parse_args()
-    d = Path(a.out) / "florence2-tiny"
-    shutil.rmtree(d, ignore_errors=True)
-    make_florence(d)
-    print("wrote", d, sum(p.stat().st_size for p in d.iterdir()) // 1024, "KiB")
+    for name, fn in (("florence2", make_florence), ("pix2struct", make_pix2struct)):
+        if a.only and a.only != name:
+            continue
+        d = Path(a.out) / f"{name}-tiny"
+        shutil.rmtree(d, ignore_errors=True)
+        fn(d)
+        print("wrote", d, sum(p.stat().st_size for p in d.iterdir()) // 1024, "KiB")
 
 
 if __name__ == "__main__":
