@@ -205,7 +205,7 @@ def make_florence(out: Path) -> None:
              for t, ans in TARGETS.items()]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for step in range(300):
+    for _step in range(300):
         loss = sum(model(**enc, labels=lab).loss for enc, lab in batch)
         opt.zero_grad()
         loss.backward()

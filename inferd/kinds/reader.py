@@ -25,8 +25,9 @@ UNSUPPORTED = {"moondream": "Moondream",
                "nougat": "Nougat", "got_ocr": "GOT-OCR", "paligemma": "PaliGemma"}
 # Why each is refused, measured (docs/readers-florence-pix2struct.md): the 400 carries it.
 WHY = {
-    "Moondream": "transformers (5.24) has no Moondream model: the hub's moondream2 runs only as "
-                 "trust_remote_code, so there is no reference library to check an ONNX runtime against",
+    "Moondream": "transformers 5.24.0 has no Moondream model (AutoConfig.for_model('moondream1') raises "
+                 "'Unrecognized model identifier'); the hub's moondream2 runs only as trust_remote_code, so "
+                 "there is no reference library to check a runtime of its ONNX export (Xenova/moondream2) against",
 }
 # Florence-2 and Pix2Struct run from their ONNX exports only; a folder without one is refused
 # with what is missing (config.json marker, display name, graphs it needs, where exports live).

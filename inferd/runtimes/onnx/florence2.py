@@ -25,7 +25,7 @@ from inferd.models import ModelSpec
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy
 from inferd.runtimes.onnx.florence_tasks import Task, parse, task_of
 from inferd.runtimes.onnx.image_prep import ImagePrep
-from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _session
+from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session
 from inferd.runtimes.options import RuntimeOptions
 from inferd.types import ReadItem, ReadOutput, TextRegion
 
@@ -33,10 +33,6 @@ log = logging.getLogger("inferd.runtimes.onnx")
 
 GRAPHS = ("vision_encoder.onnx", "embed_tokens.onnx", "encoder_model.onnx")
 FILES = ("preprocessor_config.json", "tokenizer.json")
-
-
-def is_florence_export(folder: Path) -> bool:
-    return all(_find(folder, g) is not None for g in GRAPHS)
 
 
 class Florence2Reader:
@@ -54,9 +50,9 @@ class Florence2Reader:
         cfg = _json(folder / "config.json")
         text_cfg = cfg.get("text_config") or {}
         gen = _json(folder / "generation_config.json")
-        self.prep = ImagePrep.from_file(_find(folder, "preprocessor_config.json"))  # type: ignore[arg-type]
-        self.tokenizer = Tokenizer.from_file(str(_find(folder, "tokenizer.json")))
-        self.vision, self.embed_tokens, self.encoder = (_session(_find(folder, g), threads) for g in GRAPHS)
+        self.prep = ImagePrep.from_file(_need(folder, "preprocessor_config.json"))
+        self.tokenizer = Tokenizer.from_file(str(_need(folder, "tokenizer.json")))
+        self.vision, self.embed_tokens, self.encoder = (_session(_need(folder, g), threads) for g in GRAPHS)
         first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
                                                             "decoder_model_merged.onnx"))
         if first is not None and past is not None:
@@ -76,7 +72,7 @@ class Florence2Reader:
         self.max_new_cap = max_new_tokens_cap
         # BART's learned positions bound both the encoder input (image tokens + prompt) and the answer.
         self.max_positions = int(text_cfg.get("max_position_embeddings") or 1024)
-        pc = _json(_find(folder, "preprocessor_config.json"))  # type: ignore[arg-type]
+        pc = _json(_need(folder, "preprocessor_config.json"))
         self.image_tokens = int(pc.get("image_seq_length") or 0)
 
     # ---- checks (event loop) ---------------------------------------------------------------

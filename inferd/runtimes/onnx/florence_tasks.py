@@ -146,8 +146,8 @@ def parse(task: Task, raw: str, size: tuple[int, int]) -> Parsed:
     `size` (width, height) source pixels."""
     text = _clean(raw)
     kind = task.kind
-    if kind == "pure_text":
-        return Parsed(_LOC.sub("", text).strip())
+    if kind == "pure_text":  # as the processor answers: <loc_N> a text task generated stays in the text
+        return Parsed(text.strip())
     if kind == "ocr":
         regions = _ocr(text, size)
     elif kind in ("description_with_bboxes", "phrase_grounding"):

@@ -23,7 +23,7 @@ import numpy as np
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy
-from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _session
+from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session
 from inferd.runtimes.options import RuntimeOptions
 from inferd.types import ReadItem, ReadOutput
 
@@ -66,7 +66,7 @@ class Pix2StructPrep:
         raw = self.font if self.font else ImageFont.load_default(36).font_bytes  # type: ignore[union-attr]
         font = ImageFont.truetype(io.BytesIO(raw), encoding="UTF-8", size=36)
         _, _, w, h = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), wrapped, font=font)
-        head = Image.new("RGB", (w + 10, h + 10), "white")
+        head = Image.new("RGB", (int(w) + 10, int(h) + 10), "white")
         ImageDraw.Draw(head).text((5, 5), wrapped, fill="black", font=font)
         img = Image.fromarray(rgb)
         new_w = max(head.width, img.width)
@@ -123,10 +123,10 @@ class Pix2StructReader:
                 raise ModelLoadFailed(f"reader '{name}': missing {f} in {folder} (Pix2Struct ONNX layout)")
         cfg = _json(folder / "config.json")
         gen = _json(folder / "generation_config.json")
-        pc = _json(_find(folder, "preprocessor_config.json"))  # type: ignore[arg-type]
+        pc = _json(_need(folder, "preprocessor_config.json"))
         self.prep = Pix2StructPrep({**pc, "is_vqa": pc.get("is_vqa", cfg.get("is_vqa", False))}, _font(folder))
-        self.tokenizer = Tokenizer.from_file(str(_find(folder, "tokenizer.json")))
-        self.encoder: Any = _session(_find(folder, "encoder_model.onnx"), threads)
+        self.tokenizer = Tokenizer.from_file(str(_need(folder, "tokenizer.json")))
+        self.encoder: Any = _session(_need(folder, "encoder_model.onnx"), threads)
         first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
                                                             "decoder_model_merged.onnx"))
         if first is not None and past is not None:

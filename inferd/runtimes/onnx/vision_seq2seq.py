@@ -43,6 +43,13 @@ def _find(folder: Path, name: str) -> Path | None:
     return None
 
 
+def _need(folder: Path, name: str) -> Path:
+    p = _find(folder, name)
+    if p is None:
+        raise ModelLoadFailed(f"missing {name} in {folder}")
+    return p
+
+
 class _Decoder:
     """The `Step` of decoding.py over the decoder graphs, for one encoder batch: either
     decoder_model (first pass) + decoder_with_past_model (one token more), or one merged graph
