@@ -6,9 +6,15 @@ encoder_model.onnx, decoder_model.onnx + decoder_with_past_model.onnx, the decod
 inputs_embeds), with reference token ids from transformers' `generate` and the processor's
 `post_process_generation` output beside it.
 
-Needs the fixture venv (torch 2.13, transformers 5.24.0, which has Florence-2 natively, so no
-trust_remote_code):
+Also the Pix2Struct fixture: a random-weight Pix2StructForConditionalGeneration (VQA, 8x8
+patches, max_patches 48) in optimum's layout (encoder_model.onnx, decoder_model.onnx +
+decoder_with_past_model.onnx), with the processor's flattened patches and `generate` tokens.
+
+Needs the fixture venv (torch 2.13, transformers 5.24.0, which has Florence-2 and Pix2Struct
+natively, so no trust_remote_code; `pip install --no-deps optimum==2.3.0 optimum-onnx==0.1.0`
+for the merged decoder). Florence-2's training makes it the slow one (~7 CPU-minutes):
     /work/fixture-venv/bin/python scripts/make_tiny_readers.py [--out tests/fixtures/readers]
+        [--only florence2|pix2struct] [--merge-only]
 """
 
 from __future__ import annotations
@@ -160,6 +166,15 @@ class DecPast(torch.nn.Module):
         return (self.m.lm_head(out.last_hidden_state), *flat)
 
 
+def merge(out: Path) -> None:
+    """decoder_model_merged.onnx, as onnx-community's exports ship the decoder (one graph,
+    `use_cache_branch` picks the branch): optimum's merge of the two decoders."""
+    from optimum.onnx import merge_decoders
+
+    merge_decoders(out / "decoder_model.onnx", out / "decoder_with_past_model.onnx", strict=False,
+                   save_path=out / "decoder_model_merged.onnx")
+
+
 def make_florence(out: Path) -> None:
     from transformers import (BartConfig, CLIPImageProcessorPil, Florence2Config, Florence2ForConditionalGeneration,
                               Florence2Processor, Florence2VisionConfig, PreTrainedTokenizerFast)
@@ -264,6 +279,8 @@ def make_florence(out: Path) -> None:
     dyn.update({k: {0: "batch", 2: "total_seq"} for k in present_out})
     export(DecPast(model, n), (dec_emb[:, -1:], hidden, mask, *first[1:]), out / "decoder_with_past_model.onnx",
            ["inputs_embeds", "encoder_hidden_states", "encoder_attention_mask", *past_in], ["logits", *present_out], dyn)
+
+    merge(out)
 
     # ---- references: generate (greedy and the config's 3 beams), decoded, post-processed
     ref: dict = {"max_new_tokens": 40, "cases": []}
@@ -441,7 +458,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "readers"))
     ap.add_argument("--only", choices=["florence2", "pix2struct"])
+    ap.add_argument("--merge-only", action="store_true", help="only (re)write florence2-tiny's merged decoder")
     a = ap.parse_args()
+    if a.merge_only:
+        merge(Path(a.out) / "florence2-tiny")
+        return
     for name, fn in (("florence2", make_florence), ("pix2struct", make_pix2struct)):
         if a.only and a.only != name:
             continue

@@ -74,6 +74,20 @@ def test_batch_of_mixed_tasks_equals_single_runs(rt):
     assert [o.tokens for o in outs] == [c["tokens"] for c in cases]
 
 
+def test_merged_decoder_tokens_equal_reference(tmp_path):
+    """decoder_model_merged.onnx alone, as onnx-community's exports ship it: the same tokens."""
+    d = tmp_path / "florence-merged"
+    shutil.copytree(FLO, d)
+    (d / "decoder_model.onnx").unlink()
+    (d / "decoder_with_past_model.onnx").unlink()
+    merged = Florence2Reader("florence-merged", d, threads=1)
+    assert merged.merged
+    for c in [c for c in REF["cases"] if c["image"] == 0]:
+        out = merged.run_batch([ReadItem(np.asarray(_image(0)), c["prompt"], REF["max_new_tokens"])],
+                               num_beams=c["num_beams"])[0]
+        assert out.tokens == c["tokens"], c["prompt"]
+
+
 def _expected(c):
     """The processor's post_process_generation answer as inferd's regions: (text, bbox, points, label)."""
     post = c["post"][_task_key(c["prompt"])]
