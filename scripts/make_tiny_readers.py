@@ -8,7 +8,8 @@ inputs_embeds), with reference token ids from transformers' `generate` and the p
 
 Also the Pix2Struct fixture: a random-weight Pix2StructForConditionalGeneration (VQA, 8x8
 patches, max_patches 48) in optimum's layout (encoder_model.onnx, decoder_model.onnx +
-decoder_with_past_model.onnx), with the processor's flattened patches and `generate` tokens.
+decoder_with_past_model.onnx taking decoder_attention_mask as optimum's do, and their merge
+decoder_model_merged.onnx), with the processor's flattened patches and `generate` tokens.
 
 Needs the fixture venv (torch 2.13, transformers 5.24.0, which has Florence-2 and Pix2Struct
 natively, so no trust_remote_code; `pip install --no-deps optimum==2.3.0 optimum-onnx==0.1.0`
@@ -321,11 +322,11 @@ class P2SDec(torch.nn.Module):
         super().__init__()
         self.m, self.n = m, n
 
-    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask):
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask, decoder_attention_mask):
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-        out = self.m.decoder(input_ids=input_ids, encoder_hidden_states=encoder_hidden_states,
-                             encoder_attention_mask=encoder_attention_mask,
+        out = self.m.decoder(input_ids=input_ids, attention_mask=decoder_attention_mask,
+                             encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask,
                              cache=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True)
         c, flat = out.cache, []
         for i in range(self.n):
@@ -339,13 +340,14 @@ class P2SDecPast(torch.nn.Module):
         super().__init__()
         self.m, self.n = m, n
 
-    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask, *pkv):
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask, decoder_attention_mask, *pkv):
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
         cache = EncoderDecoderCache(DynamicCache([(pkv[4 * i], pkv[4 * i + 1]) for i in range(self.n)]),
                                     DynamicCache([(pkv[4 * i + 2], pkv[4 * i + 3]) for i in range(self.n)]))
-        out = self.m.decoder(input_ids=input_ids, encoder_hidden_states=encoder_hidden_states,
-                             encoder_attention_mask=encoder_attention_mask, cache=cache, use_cache=True)
+        out = self.m.decoder(input_ids=input_ids, attention_mask=decoder_attention_mask,
+                             encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask,
+                             cache=cache, use_cache=True)
         c, flat = out.cache, []
         for i in range(self.n):
             s = c.self_attention_cache.layers[i]
@@ -423,22 +425,29 @@ def make_pix2struct(out: Path) -> None:
     for i in range(n):
         pkv += [f"present.{i}.decoder.key", f"present.{i}.decoder.value",
                 f"present.{i}.encoder.key", f"present.{i}.encoder.value"]
+    # optimum's Pix2Struct decoders also take decoder_attention_mask (past + current length)
+    dmask = torch.ones(ids.shape, dtype=torch.int64)
     dyn = {"input_ids": {0: "batch", 1: "seq"}, "encoder_hidden_states": {0: "batch"},
-           "encoder_attention_mask": {0: "batch"}, "logits": {0: "batch", 1: "seq"}}
+           "encoder_attention_mask": {0: "batch"}, "decoder_attention_mask": {0: "batch", 1: "seq"},
+           "logits": {0: "batch", 1: "seq"}}
     dyn.update({k: {0: "batch", 2: "past" if "decoder" in k else "enc"} for k in pkv})
-    export(P2SDec(model, n), (ids, hidden, am), out / "decoder_model.onnx",
-           ["input_ids", "encoder_hidden_states", "encoder_attention_mask"], ["logits", *pkv], dyn)
+    export(P2SDec(model, n), (ids, hidden, am, dmask), out / "decoder_model.onnx",
+           ["input_ids", "encoder_hidden_states", "encoder_attention_mask", "decoder_attention_mask"],
+           ["logits", *pkv], dyn)
     with torch.no_grad():
-        first = P2SDec(model, n)(ids, hidden, am)
+        first = P2SDec(model, n)(ids, hidden, am, dmask)
     past_in = [k.replace("present.", "past_key_values.") for k in pkv]
     present_out = [k for k in pkv if "decoder" in k]
     dyn = {"input_ids": {0: "batch"}, "encoder_hidden_states": {0: "batch"}, "encoder_attention_mask": {0: "batch"},
-           "logits": {0: "batch"}}
+           "decoder_attention_mask": {0: "batch", 1: "total_seq"}, "logits": {0: "batch"}}
     dyn.update({k: {0: "batch", 2: "past_seq"} for k in past_in if "decoder" in k})
     dyn.update({k: {0: "batch"} for k in past_in if "encoder" in k})
     dyn.update({k: {0: "batch", 2: "total_seq"} for k in present_out})
-    export(P2SDecPast(model, n), (ids[:, -1:], hidden, am, *first[1:]), out / "decoder_with_past_model.onnx",
-           ["input_ids", "encoder_hidden_states", "encoder_attention_mask", *past_in], ["logits", *present_out], dyn)
+    export(P2SDecPast(model, n), (ids[:, -1:], hidden, am, torch.ones((ids.shape[0], ids.shape[1] + 1), dtype=torch.int64),
+                                  *first[1:]), out / "decoder_with_past_model.onnx",
+           ["input_ids", "encoder_hidden_states", "encoder_attention_mask", "decoder_attention_mask", *past_in],
+           ["logits", *present_out], dyn)
+    merge(out)
     ref: dict = {"max_new_tokens": 12, "questions": questions, "cases": []}
     k = 0
     for bi in range(len(images)):
@@ -458,10 +467,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "readers"))
     ap.add_argument("--only", choices=["florence2", "pix2struct"])
-    ap.add_argument("--merge-only", action="store_true", help="only (re)write florence2-tiny's merged decoder")
+    ap.add_argument("--merge-only", action="store_true", help="only (re)write the merged decoders")
     a = ap.parse_args()
     if a.merge_only:
-        merge(Path(a.out) / "florence2-tiny")
+        for name in ("florence2", "pix2struct"):
+            merge(Path(a.out) / f"{name}-tiny")
         return
     for name, fn in (("florence2", make_florence), ("pix2struct", make_pix2struct)):
         if a.only and a.only != name:

@@ -59,6 +59,24 @@ def test_tokens_equal_reference_greedy_and_beam(rt):
         assert out.tokens == c["tokens"], c
 
 
+def test_decoders_take_optimums_decoder_attention_mask(rt):
+    assert "decoder_attention_mask" in {i.name for i in rt.decoder.get_inputs()}
+    assert "decoder_attention_mask" in {i.name for i in rt.with_past.get_inputs()}
+
+
+def test_merged_decoder_tokens_equal_reference(tmp_path):
+    d = tmp_path / "p2s-merged"
+    shutil.copytree(P2S, d)
+    (d / "decoder_model.onnx").unlink()
+    (d / "decoder_with_past_model.onnx").unlink()
+    merged = Pix2StructReader("p2s-merged", d, threads=1)
+    assert merged.merged
+    for c in REF["cases"]:
+        out = merged.run_batch([ReadItem(np.asarray(_image(c["image"])), c["prompt"], REF["max_new_tokens"])],
+                               num_beams=c["num_beams"])[0]
+        assert out.tokens == c["tokens"], c
+
+
 def test_batch_equals_single_runs(rt):
     cases = [c for c in REF["cases"] if c["num_beams"] == 1]
     outs = rt.run_batch([ReadItem(np.asarray(_image(c["image"])), c["prompt"], REF["max_new_tokens"]) for c in cases])

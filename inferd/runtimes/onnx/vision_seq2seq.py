@@ -75,6 +75,8 @@ class _Decoder:
         feed = {**self._tokens(ids.astype(np.int64), self.first_inputs), "encoder_hidden_states": hidden}
         if "encoder_attention_mask" in self.first_inputs:
             feed["encoder_attention_mask"] = mask
+        if "decoder_attention_mask" in self.first_inputs:  # optimum's Pix2Struct decoders: no padding, all ones
+            feed["decoder_attention_mask"] = np.ones(ids.shape, dtype=np.int64)
         if self.merged:  # the no-past branch: past inputs must exist, empty along the sequence
             feed["use_cache_branch"] = np.array([False])
             for name, shape in self.past_shapes.items():
@@ -102,6 +104,9 @@ class _Decoder:
         for k, v in cache.items():
             if k in self.past_inputs:
                 feed[k] = v
+        if "decoder_attention_mask" in self.past_inputs:  # the past and this token
+            past = next(v for k, v in cache.items() if k.endswith(".decoder.key"))
+            feed["decoder_attention_mask"] = np.ones((past.shape[0], past.shape[2] + 1), dtype=np.int64)
         if self.merged:
             feed["use_cache_branch"] = np.array([True])
         out = dict(zip(self.past_out, self.with_past.run(self.past_out, feed)))
