@@ -177,6 +177,20 @@ def test_http_region_tasks_return_regions(srv, prompt):
     assert d["text"] == "\n".join(x[0] for x in _expected(c))
 
 
+def test_http_two_images_one_request_scale_to_their_own_size(srv):
+    """One batch, two sizes (96x64 and 70x40): each answer's boxes are in its own pixels."""
+    cases = [next(c for c in REF["cases"] if c["prompt"] == "<OD>" and c["image"] == i and c["num_beams"] == 3)
+             for i in (0, 1)]
+    r = httpx.post(srv.url + "/ai/v1/read", timeout=120,
+                   json={"model": "florence2-tiny", "prompt": "<OD>", "max_tokens": REF["max_new_tokens"],
+                         "images": [{"url": data_uri(_image(i))} for i in (0, 1)]})
+    assert r.status_code == 200, r.text
+    for d, c in zip(r.json()["data"], cases):
+        got = [(g["text"], g["bbox"], g.get("points"), g.get("label")) for g in d.get("regions", [])]
+        assert got == _expected(c)
+    assert r.json()["usage"]["completion_tokens"] == sum(len(c["tokens"]) - 1 for c in cases)
+
+
 def test_http_unsupported_task_is_400(srv):
     for prompt in ("<SUMMARIZE>", "<OCR> please"):
         r = _read(srv, prompt)

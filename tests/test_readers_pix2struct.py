@@ -77,6 +77,23 @@ def test_merged_decoder_tokens_equal_reference(tmp_path):
         assert out.tokens == c["tokens"], c
 
 
+def test_font_in_the_folder_draws_the_header(tmp_path, rt):
+    """A .ttf beside the model (the hub's Arial.TTF) is the header font; without one the
+    header is drawn with Pillow's built-in font, as the fixture's reference was."""
+    from pathlib import Path
+
+    fonts = sorted(Path("/usr/share/fonts").rglob("*.ttf"))
+    if not fonts:
+        pytest.skip("no system .ttf to stand in for Arial.TTF")
+    d = tmp_path / "p2s-font"
+    shutil.copytree(P2S, d)
+    shutil.copy(fonts[0], d / "Arial.TTF")
+    other = Pix2StructReader("p2s-font", d, threads=1)
+    img, q = np.asarray(_image(0)), REF["questions"][0]
+    assert other.prep.font == fonts[0].read_bytes() and rt.prep.font is None
+    assert not np.array_equal(other.prep.header(img, q), rt.prep.header(img, q))
+
+
 def test_batch_equals_single_runs(rt):
     cases = [c for c in REF["cases"] if c["num_beams"] == 1]
     outs = rt.run_batch([ReadItem(np.asarray(_image(c["image"])), c["prompt"], REF["max_new_tokens"]) for c in cases])
