@@ -459,8 +459,18 @@ def make_pix2struct(out: Path) -> None:
                     seq = model.generate(flattened_patches=f.flattened_patches, attention_mask=f.attention_mask,
                                          max_new_tokens=12, num_beams=nb, do_sample=False, early_stopping=nb > 1)
                 ref["cases"].append({"image": bi, "prompt": q, "num_beams": nb, "row": k - 1, "tokens": seq[0].tolist()})
+    # The same weights read as a captioning (not VQA) model: no header, no prompt.
+    ref["plain"] = []
+    for bi, im in enumerate(images):
+        f = improc(images=im, is_vqa=False, return_tensors="pt")
+        with torch.no_grad():
+            seq = model.generate(flattened_patches=f.flattened_patches, attention_mask=f.attention_mask,
+                                 max_new_tokens=12, do_sample=False)
+        ref["plain"].append({"image": bi, "tokens": seq[0].tolist(),
+                             "n_patches": int(f.attention_mask.sum()),
+                             "patches_sum": float(f.flattened_patches.double().sum())})
     (out / "reference.json").write_text(json.dumps(ref, indent=1))
-    print(ref["cases"][:2])
+    print(ref["cases"][:2], ref["plain"])
 
 
 def main() -> None:

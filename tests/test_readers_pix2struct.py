@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from inferd.errors import InvalidInput
 from inferd.runtimes.onnx.pix2struct import Pix2StructReader, _aa_weights
 from inferd.types import ReadItem
 from tests.conftest import FIXTURES
@@ -92,6 +93,25 @@ def test_font_in_the_folder_draws_the_header(tmp_path, rt):
     img, q = np.asarray(_image(0)), REF["questions"][0]
     assert other.prep.font == fonts[0].read_bytes() and rt.prep.font is None
     assert not np.array_equal(other.prep.header(img, q), rt.prep.header(img, q))
+
+
+def test_captioning_model_reads_without_header_or_prompt(tmp_path):
+    """The same weights as a non-VQA model (is_vqa false): no header, no prompt; patches and
+    tokens equal the processor's and generate's."""
+    d = tmp_path / "p2s-plain"
+    shutil.copytree(P2S, d)
+    for f in ("preprocessor_config.json", "config.json"):
+        cfg = json.loads((d / f).read_text())
+        (d / f).write_text(json.dumps({**cfg, "is_vqa": False}))
+    plain = Pix2StructReader("p2s-plain", d, threads=1)
+    for c in REF["plain"]:
+        img = np.asarray(_image(c["image"]))
+        patches, mask = plain.prep(img, None)
+        assert int(mask.sum()) == c["n_patches"] and abs(float(patches.astype(np.float64).sum()) - c["patches_sum"]) < 1e-3
+        out = plain.run_batch([ReadItem(img, None, REF["max_new_tokens"])], num_beams=1)[0]
+        assert out.tokens == c["tokens"]
+    with pytest.raises(InvalidInput, match="takes no prompt"):
+        plain.check(ReadItem(np.asarray(_image(0)), "What is this?", 12))
 
 
 def test_batch_equals_single_runs(rt):
