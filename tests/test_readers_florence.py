@@ -130,6 +130,14 @@ def test_task_prompts_and_refusals():
             task_of(bad)
 
 
+def test_prompt_longer_than_the_positions_is_400(rt):
+    img = np.asarray(_image(0))
+    rt.check(ReadItem(img, "<CAPTION_TO_PHRASE_GROUNDING> box", 12))
+    assert rt.image_tokens == 65 and rt.max_positions == 128
+    with pytest.raises(InvalidInput, match="at most 128"):
+        rt.check(ReadItem(img, "<CAPTION_TO_PHRASE_GROUNDING> " + "box " * 80, 12))
+
+
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     models = tmp_path_factory.mktemp("models")

@@ -13,7 +13,6 @@ answer: `<loc_N>` bins become boxes in source pixels (florence_tasks.py)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,6 @@ from inferd.runtimes.onnx.image_prep import ImagePrep
 from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session
 from inferd.runtimes.options import RuntimeOptions
 from inferd.types import ReadItem, ReadOutput, TextRegion
-
-log = logging.getLogger("inferd.runtimes.onnx")
 
 GRAPHS = ("vision_encoder.onnx", "embed_tokens.onnx", "encoder_model.onnx")
 FILES = ("preprocessor_config.json", "tokenizer.json")
