@@ -316,6 +316,7 @@ class TextRegion:
     bbox: tuple[float, float, float, float]   # x1, y1, x2, y2 in source pixels
     confidence: float
     label: str | None = None
+    points: list[float] | None = None   # x, y, x, y, ...: a quad box or polygon (Florence-2), when not a plain box
 
 
 @dataclass

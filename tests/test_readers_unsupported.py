@@ -1,5 +1,6 @@
-"""Readers inferd has no runtime for (Florence-2, Moondream, Pix2Struct) are discovered and
-listed with an "unsupported architecture" reason, and a request to one is a 400 naming it."""
+"""Readers inferd cannot run (Moondream; Florence-2 and Pix2Struct checkpoints without their
+ONNX export) are discovered and listed with an "unsupported architecture" reason, and a
+request to one is a 400 naming it."""
 
 from __future__ import annotations
 

@@ -43,7 +43,9 @@ def read_response(r: ReadResult) -> dict[str, Any]:
             item["fields"] = o.fields
         if o.regions is not None:
             item["regions"] = [{"text": g.text, "bbox": [round(v, 2) for v in g.bbox], "confidence": g.confidence,
-                                **({"label": g.label} if g.label else {})} for g in o.regions]
+                                **({"label": g.label} if g.label else {}),
+                                **({"points": [round(v, 2) for v in g.points]} if g.points else {})}
+                               for g in o.regions]
         data.append(item)
     return {"object": "list", "data": data, "model": r.model,
             "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,

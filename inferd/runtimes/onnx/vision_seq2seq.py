@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,13 @@ def _find(folder: Path, name: str) -> Path | None:
     return None
 
 
+def _need(folder: Path, name: str) -> Path:
+    p = _find(folder, name)
+    if p is None:
+        raise ModelLoadFailed(f"missing {name} in {folder}")
+    return p
+
+
 class _Decoder:
     """The `Step` of decoding.py over the decoder graphs, for one encoder batch: either
     decoder_model (first pass) + decoder_with_past_model (one token more), or one merged graph
@@ -50,8 +57,13 @@ class _Decoder:
     with-past branch returns placeholders for the cross-attention cache, which is kept from
     the first pass)."""
 
-    def __init__(self, first, with_past, hidden: np.ndarray, n_layers: int, merged: bool = False):
+    def __init__(self, first, with_past, hidden: np.ndarray, n_layers: int, merged: bool = False,
+                 embed: Callable[[np.ndarray], np.ndarray] | None = None, mask: np.ndarray | None = None):
         self.first, self.with_past, self.hidden, self.n, self.merged = first, with_past, hidden, n_layers, merged
+        # Florence-2's exports take the token embeddings (embed_tokens.onnx) in place of ids;
+        # Pix2Struct's encoder rows have padding, so their mask is not all ones.
+        self.embed = embed
+        self.mask = mask if mask is not None else np.ones(hidden.shape[:2], dtype=np.int64)
         self.past_shapes = {i.name: i.shape for i in with_past.get_inputs() if i.name.startswith("past_key_values.")}
         self.first_inputs = {i.name for i in first.get_inputs()}
         self.past_inputs = {i.name for i in with_past.get_inputs()}
@@ -59,10 +71,12 @@ class _Decoder:
         self.past_out = [o.name for o in with_past.get_outputs()]
 
     def start(self, ids: np.ndarray, rows: Sequence[int]):
-        hidden = self.hidden[list(rows)]
-        feed = {"input_ids": ids.astype(np.int64), "encoder_hidden_states": hidden}
+        hidden, mask = self.hidden[list(rows)], self.mask[list(rows)]
+        feed = {**self._tokens(ids.astype(np.int64), self.first_inputs), "encoder_hidden_states": hidden}
         if "encoder_attention_mask" in self.first_inputs:
-            feed["encoder_attention_mask"] = np.ones(hidden.shape[:2], dtype=np.int64)
+            feed["encoder_attention_mask"] = mask
+        if "decoder_attention_mask" in self.first_inputs:  # optimum's Pix2Struct decoders: no padding, all ones
+            feed["decoder_attention_mask"] = np.ones(ids.shape, dtype=np.int64)
         if self.merged:  # the no-past branch: past inputs must exist, empty along the sequence
             feed["use_cache_branch"] = np.array([False])
             for name, shape in self.past_shapes.items():
@@ -72,19 +86,27 @@ class _Decoder:
         out = dict(zip(self.first_out, self.first.run(self.first_out, {k: v for k, v in feed.items()
                                                                         if k in self.first_inputs})))
         cache = {k.replace("present.", "past_key_values."): v for k, v in out.items() if k.startswith("present.")}
-        cache["__hidden"] = hidden
+        cache["__hidden"], cache["__mask"] = hidden, mask
         return out["logits"][:, -1, :], cache
+
+    def _tokens(self, ids: np.ndarray, inputs: set[str]) -> dict[str, np.ndarray]:
+        if "inputs_embeds" in inputs and self.embed is not None:
+            return {"inputs_embeds": self.embed(ids)}
+        return {"input_ids": ids}
 
     def next(self, tokens: np.ndarray, cache: dict[str, np.ndarray]):
         hidden = cache["__hidden"]
-        feed: dict[str, np.ndarray] = {"input_ids": tokens.reshape(-1, 1).astype(np.int64)}
+        feed = self._tokens(tokens.reshape(-1, 1).astype(np.int64), self.past_inputs)
         if "encoder_hidden_states" in self.past_inputs:
             feed["encoder_hidden_states"] = hidden
         if "encoder_attention_mask" in self.past_inputs:
-            feed["encoder_attention_mask"] = np.ones(hidden.shape[:2], dtype=np.int64)
+            feed["encoder_attention_mask"] = cache["__mask"]
         for k, v in cache.items():
             if k in self.past_inputs:
                 feed[k] = v
+        if "decoder_attention_mask" in self.past_inputs:  # the past and this token
+            past = next(v for k, v in cache.items() if k.endswith(".decoder.key"))
+            feed["decoder_attention_mask"] = np.ones((past.shape[0], past.shape[2] + 1), dtype=np.int64)
         if self.merged:
             feed["use_cache_branch"] = np.array([True])
         out = dict(zip(self.past_out, self.with_past.run(self.past_out, feed)))
