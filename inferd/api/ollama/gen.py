@@ -69,6 +69,9 @@ class GenerateBody(BaseModel):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     lora: list[LoraEntry] | None = None
+    # GenAIServer takes tools on /api/chat only; here they are a 400 naming them, not dropped.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
@@ -165,6 +168,9 @@ def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
 
 
 def generate_request(body: GenerateBody) -> GenerateRequest:
+    if body.tools or body.tool_choice not in (None, "auto", "none"):
+        param = "tools" if body.tools else "tool_choice"
+        raise InvalidInput(f"'{param}' is taken by /api/chat (messages), not /api/generate", param)
     if body.images and body.raw:
         raise InvalidInput("'images' need the model's chat template: they cannot be sent with raw: true", "images")
     if body.suffix and (body.images or body.system):

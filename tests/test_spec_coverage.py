@@ -1,0 +1,76 @@
+"""Spec fields that inferd used to parse (or take as an unknown field) and drop, found by the
+audit in docs/spec-coverage.md (issue 27): each is now honoured or a 400 naming it."""
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.chat_fixtures import generator_dir
+from tests.server import serve
+from tests.test_http_foundation import assert_envelope
+
+FIX = Path(__file__).parent / "fixtures"
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cov")
+    generator_dir(d, "tiny", n_ctx=1024)
+    with serve(models_dir=str(d), models=[f"reranker:rr={FIX / 'onnx' / 'tiny-bert-rerank'}"],
+               parallel=2, threads=1) as s:
+        yield s
+
+
+def post(srv, path, body):
+    return httpx.post(srv.url + path, json=body, timeout=60)
+
+
+COMPLETION = {"model": "tiny", "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
+
+
+@pytest.mark.parametrize("field,value", [
+    ("tools", [TOOL]), ("tool_choice", "required"),
+    ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
+    ("chat_template", "{{ messages[0].content }}"), ("enable_thinking", True)])
+def test_completions_refuse_chat_only_fields(srv, field, value):
+    # openai-server's table lists tools, tool_choice and chat_template for /v1/completions too;
+    # a raw prompt has no template to apply them with, so each is a 400 naming it (was: ignored).
+    err = assert_envelope("openai", post(srv, "/v1/completions", {**COMPLETION, field: value}), 400)
+    assert err["error"]["param"] == field
+    assert "/v1/chat/completions" in err["error"]["message"]
+
+
+def test_completions_accept_the_empty_values_of_chat_fields(srv):
+    plain = post(srv, "/v1/completions", COMPLETION)
+    empty = post(srv, "/v1/completions", {**COMPLETION, "tools": [], "tool_choice": "none",
+                                          "chat_template": None, "enable_thinking": False})
+    assert plain.status_code == empty.status_code == 200, empty.text
+    assert plain.json()["choices"][0]["text"] == empty.json()["choices"][0]["text"]
+    assert plain.json()["usage"]["completion_tokens"] == 6
+
+
+def test_rerank_multimodal_echoes_document_ids(srv):
+    docs = ["Paris is the capital of France.", "Bananas are yellow.", "France borders Spain."]
+    r = post(srv, "/ai/v1/rerank_multimodal", {"model": "rr", "query": "capital of France", "documents": [
+        {"id": "doc-a", "content": docs[0]}, {"content": [{"type": "text", "text": docs[1]}]},
+        {"id": "doc-c", "content": docs[2]}]})
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert [d["index"] for d in data] == [0, 1, 2]
+    assert [d.get("id") for d in data] == ["doc-a", None, "doc-c"]
+    assert "id" not in data[1]  # none given, none invented
+    # the same scores as the text-only route gives for the same prompts
+    ref = post(srv, "/ai/v1/rerank", {"model": "rr", "query": "capital of France", "prompts": docs}).json()["data"]
+    assert [d["score"] for d in data] == pytest.approx([d["score"] for d in ref], abs=1e-6)
+    assert "id" not in ref[0]
+
+
+@pytest.mark.parametrize("field,value", [("tools", [TOOL]), ("tool_choice", "required")])
+def test_ollama_generate_refuses_tools(srv, field, value):
+    # GenAIServer: "/api/chat also accepts tools and tool_choice"; /api/generate does not.
+    body = {"model": "tiny", "prompt": "hi", "stream": False, "options": {"num_predict": 2}, field: value}
+    assert_envelope("ollama", post(srv, "/api/generate", body), 400, f"'{field}'")
+    ok = post(srv, "/api/generate", {**body, field: [] if field == "tools" else "auto"})
+    assert ok.status_code == 200 and ok.json()["eval_count"] == 2, ok.text
