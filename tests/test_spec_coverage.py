@@ -74,3 +74,21 @@ def test_ollama_generate_refuses_tools(srv, field, value):
     assert_envelope("ollama", post(srv, "/api/generate", body), 400, f"'{field}'")
     ok = post(srv, "/api/generate", {**body, field: [] if field == "tools" else "auto"})
     assert ok.status_code == 200 and ok.json()["eval_count"] == 2, ok.text
+
+
+def test_bare_completions_takes_max_completion_tokens(srv):
+    # openai-server: max_tokens' alias max_completion_tokens, on /completions as on /v1/completions
+    body = {"model": "tiny", "prompt": "The capital of France is", "temperature": 0}
+    r = post(srv, "/completions", {**body, "max_completion_tokens": 3})
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens_predicted"] == 3
+    # n_predict, then max_tokens, win over it (llama-server's order)
+    assert post(srv, "/completions", {**body, "max_completion_tokens": 3, "max_tokens": 2}).json()["tokens_predicted"] == 2
+
+
+@pytest.mark.parametrize("field,value", [("tools", [TOOL]), ("tool_choice", "required"),
+                                         ("chat_template", "{{ x }}")])
+def test_bare_completions_refuse_chat_only_fields(srv, field, value):
+    body = {"model": "tiny", "prompt": "hi", "n_predict": 2, field: value}
+    err = assert_envelope("openai", post(srv, "/completions", body), 400)  # llama-server's: no `param`
+    assert err["error"]["message"].startswith(field) and "/v1/chat/completions" in err["error"]["message"]

@@ -20,6 +20,7 @@ import uuid
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferd.api.chat_only import refuse_chat_only
 from inferd.api.deps import get_service
 from inferd.api.llamacpp.timings import llama_timings
 from inferd.api.infill import LoraEntry, lora_refs, ping_interval, progress
@@ -117,7 +118,7 @@ class CompletionRequest(SamplingFields):
     best_of: int | None = Field(None, ge=1)
     # Chat fields openai-server's table lists for both routes. A completion prompt is sent as
     # written (no template renders it, no tool prompt is added), so a value that asks for
-    # anything is a 400 naming the field (check_chat_only), never silently dropped.
+    # anything is a 400 naming the field (api/chat_only.py), never silently dropped.
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     chat_template: str | None = None
@@ -245,23 +246,8 @@ def echo_text(body: CompletionRequest) -> str | None:
     return prompt
 
 
-def check_chat_only(body: CompletionRequest) -> None:
-    """Refuse the chat-only fields where they ask for something: tools to offer, a call to
-    force, a template to apply, thinking to turn on. Their empty values (`tools: []`,
-    `tool_choice: "auto"`/`"none"`, `enable_thinking: false`) are what a completion does anyway."""
-    chat = "use /v1/chat/completions: a completion prompt is sent as written, without a chat template"
-    if body.tools:
-        raise InvalidInput(f"tools need the model's chat template; {chat}", "tools")
-    if body.tool_choice not in (None, "auto", "none"):
-        raise InvalidInput(f"tool_choice {body.tool_choice!r} forces a tool call; {chat}", "tool_choice")
-    if body.chat_template:
-        raise InvalidInput(f"chat_template renders chat messages; {chat}", "chat_template")
-    if body.enable_thinking:
-        raise InvalidInput(f"enable_thinking is a chat template switch; {chat}", "enable_thinking")
-
-
 def completion_request(body: CompletionRequest) -> GenerateRequest:
-    check_chat_only(body)
+    refuse_chat_only(body.tools, body.tool_choice, body.chat_template, body.enable_thinking)
     if body.best_of not in (None, 1):
         raise InvalidInput("best_of > 1 is not supported", "best_of")
     n_top = body.logprobs
