@@ -1,6 +1,7 @@
 """Spec fields that inferd used to parse (or take as an unknown field) and drop, found by the
 audit in docs/spec-coverage.md (issue 27): each is now honoured or a 400 naming it."""
 
+import json
 from pathlib import Path
 
 import httpx
@@ -92,3 +93,35 @@ def test_bare_completions_refuse_chat_only_fields(srv, field, value):
     body = {"model": "tiny", "prompt": "hi", "n_predict": 2, field: value}
     err = assert_envelope("openai", post(srv, "/completions", body), 400)  # llama-server's: no `param`
     assert err["error"]["message"].startswith(field) and "/v1/chat/completions" in err["error"]["message"]
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+
+
+def test_completions_response_format_constrains_the_output(srv):
+    # was taken as an unknown field and dropped: the completion came back unconstrained
+    body = {**COMPLETION, "prompt": "JSON:", "max_tokens": 48}
+    rf = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
+    r = post(srv, "/v1/completions", {**body, "response_format": rf})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    value = json.loads(choice["text"])
+    assert set(value) == {"a"} and isinstance(value["a"], int)
+    # the same tokens as llama-server's /completion json_schema (one planner, one grammar)
+    native = post(srv, "/completion", {"prompt": "JSON:", "n_predict": 48, "json_schema": SCHEMA, "temperature": 0})
+    assert native.json()["content"] == choice["text"]
+    # json_object: any object (this random model writes one until max_tokens), so only its start is known
+    obj = post(srv, "/v1/completions", {**body, "response_format": {"type": "json_object"}}).json()["choices"][0]
+    plain = post(srv, "/v1/completions", body).json()["choices"][0]
+    assert obj["text"].lstrip().startswith("{") and not plain["text"].lstrip().startswith("{")
+    text = post(srv, "/v1/completions", {**body, "max_tokens": 6, "response_format": {"type": "text"}})
+    assert text.json()["choices"][0]["text"] == post(srv, "/v1/completions", {**body, "max_tokens": 6}).json()["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("extra,param", [({"response_format": {"type": "xml"}}, "response_format"),
+                                         ({"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'},
+                                          "grammar")])
+def test_completions_response_format_errors_name_the_field(srv, extra, param):
+    err = assert_envelope("openai", post(srv, "/v1/completions", {**COMPLETION, **extra}), 400)
+    assert err["error"]["param"] == param, err

@@ -123,6 +123,9 @@ class CompletionRequest(SamplingFields):
     tool_choice: str | dict[str, Any] | None = None
     chat_template: str | None = None
     enable_thinking: bool | None = None
+    # Structured output on a raw prompt, as llama-server and vLLM take it: the schema's grammar
+    # constrains the completion (no template is involved).
+    response_format: dict[str, Any] | None = None
 
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
@@ -257,8 +260,13 @@ def completion_request(body: CompletionRequest) -> GenerateRequest:
         if not isinstance(prompt, str):
             raise InvalidInput("suffix needs a text prompt (the text before the insertion point)", "suffix")
         infill = Infill(prefix=prompt, suffix=body.suffix)
-    return GenerateRequest(prompt=prompt, infill=infill, infill_param="suffix",
-                           sampling=sampling(body, n_top is not None, n_top or 0, body.grammar), **_common(body))
+    # response_format goes through the chat planner (its one 400 for a bad type or schema, and
+    # for grammar + response_format together); a raw grammar alone stays a sampling grammar.
+    rf = body.response_format
+    chat = ChatOptions(response_format=rf, grammar=body.grammar) if rf else None
+    return GenerateRequest(prompt=prompt, infill=infill, infill_param="suffix", chat=chat,
+                           sampling=sampling(body, n_top is not None, n_top or 0, None if chat else body.grammar),
+                           **_common(body))
 
 
 # ---- responses --------------------------------------------------------------------------------
