@@ -125,3 +125,11 @@ def test_completions_response_format_constrains_the_output(srv):
 def test_completions_response_format_errors_name_the_field(srv, extra, param):
     err = assert_envelope("openai", post(srv, "/v1/completions", {**COMPLETION, **extra}), 400)
     assert err["error"]["param"] == param, err
+
+
+def test_api_models_is_the_antfly_catalog(srv):
+    # 003's /transcribe section: "Use the /api/models endpoint to list available models."
+    a, b = httpx.get(srv.url + "/api/models"), httpx.get(srv.url + "/ai/v1/models")
+    assert a.status_code == b.status_code == 200
+    assert set(a.json()["generators"]) == {"tiny"} and set(a.json()["rerankers"]) == {"rr"}
+    assert a.json() == b.json()
