@@ -133,3 +133,30 @@ def test_api_models_is_the_antfly_catalog(srv):
     assert a.status_code == b.status_code == 200
     assert set(a.json()["generators"]) == {"tiny"} and set(a.json()["rerankers"]) == {"rr"}
     assert a.json() == b.json()
+
+
+def test_genai_server_audio_form_streams_translations_too(tmp_path):
+    # GenAIServer: `-F model=asr -F file=@speech.wav -F language=auto -F stream=false`; "Both
+    # routes support stream=true" (the transcription stream has its own test in test_speech_http)
+    import shutil
+
+    from tests.test_speech_http import CLIPS, SPEECH, WREF
+    shutil.copytree(SPEECH / "whisper-tiny-random", tmp_path / "transcribers" / "asr")
+    form = {"model": "asr", "language": "auto", "beam_size": "1", "temperature_fallback": "false"}
+    ref = WREF["walk.flac"]["translate"]["text"].strip()
+    with serve(models_dir=str(tmp_path), threads=1) as s:
+        for path in ("/v1/audio/translations", "/audio/translations"):
+            with open(CLIPS / "walk.flac", "rb") as f:
+                r = httpx.post(s.url + path, files={"file": ("walk.flac", f)}, data={**form, "stream": "true"}, timeout=60)
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+            lines = [ln[6:] for ln in r.text.split("\n") if ln.startswith("data: ")]
+            assert lines[-1] == "[DONE]"
+            done = json.loads(lines[-2])
+            assert done["type"] == "transcript.text.done" and done["text"] == ref
+            with open(CLIPS / "walk.flac", "rb") as f:
+                plain = httpx.post(s.url + path, files={"file": ("walk.flac", f)}, data={**form, "stream": "false"},
+                                   timeout=60)
+            assert plain.status_code == 200 and plain.json()["text"] == ref
+        # a missing file is a 400 in the OpenAI envelope (GenAIServer's rule)
+        err = assert_envelope("openai", httpx.post(s.url + "/v1/audio/translations", data=form, timeout=60), 400)
+        assert "file" in err["error"]["message"]
