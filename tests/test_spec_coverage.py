@@ -160,3 +160,23 @@ def test_genai_server_audio_form_streams_translations_too(tmp_path):
         # a missing file is a 400 in the OpenAI envelope (GenAIServer's rule)
         err = assert_envelope("openai", httpx.post(s.url + "/v1/audio/translations", data=form, timeout=60), 400)
         assert "file" in err["error"]["message"]
+
+
+def test_ollama_typical_p_reaches_the_sampler(srv):
+    # options.typical_p used to be dropped: the same tokens as llama-server's /completion with it
+    opts = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 11,
+            "num_predict": 8}
+    def gen(typical):
+        body = {"model": "tiny", "prompt": "Once upon a time", "raw": True, "stream": False,
+                "options": {**opts, "typical_p": typical}}
+        r = post(srv, "/api/generate", body)
+        assert r.status_code == 200, r.text
+        return r.json()["response"]
+    def native(typical):
+        return post(srv, "/completion", {"prompt": "Once upon a time", "n_predict": 8, "temperature": 1.0,
+                                         "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
+                                         "seed": 11, "typical_p": typical}).json()["content"]
+    assert gen(0.2) == native(0.2) and gen(1.0) == native(1.0)
+    assert gen(0.2) != gen(1.0)
+    assert_envelope("ollama", post(srv, "/api/generate", {"model": "tiny", "prompt": "x", "stream": False,
+                                                          "options": {"typical_p": 0}}), 400, "typical_p")
