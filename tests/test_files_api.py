@@ -150,3 +150,13 @@ def test_an_uploaded_image_is_read_by_file_id(tmp_path):
         assert r.status_code == 200, r.text
         client(s).files.delete(f.id)
         assert read_images(s, f.id).status_code == 404
+
+
+def test_upload_with_the_file_field_alone(srv):
+    # openai-server: "POST /v1/files (multipart/form-data, field file)"; no purpose is sent.
+    data = png(seed=3)
+    r = httpx.post(f"{srv.url}/v1/files", files={"file": ("p.png", data, "image/png")})
+    assert r.status_code == 200, r.text
+    f = r.json()
+    assert (f["purpose"], f["bytes"], f["filename"]) == ("user_data", len(data), "p.png")
+    assert httpx.get(f"{srv.url}/v1/files/{f['id']}/content").content == data

@@ -153,9 +153,14 @@ def multimodal_parts(docs: list[MultimodalDocument]) -> list[list[str | MediaRef
     return out
 
 
-def rerank_response(r: RerankResult) -> dict[str, Any]:
-    return {"object": "list", "model": r.model,
-            "data": [{"object": "rerank.score", "index": i, "score": s} for i, s in enumerate(r.scores)],
+def rerank_response(r: RerankResult, ids: list[str | None] | None = None) -> dict[str, Any]:
+    """`ids`: rerank_multimodal's documents[].id, echoed on each score that has one (the
+    spec's score shape has only `index`; the id saves the client a lookup)."""
+    data: list[dict[str, Any]] = [{"object": "rerank.score", "index": i, "score": s} for i, s in enumerate(r.scores)]
+    for d, doc_id in zip(data, ids or []):
+        if doc_id is not None:
+            d["id"] = doc_id
+    return {"object": "list", "model": r.model, "data": data,
             "usage": {"prompt_tokens": r.prompt_tokens, "completion_tokens": 0, "total_tokens": r.prompt_tokens,
                       "cached_prompt_tokens": 0}}
 
@@ -187,4 +192,4 @@ async def rerank_multimodal(req: MultimodalRerankRequest, request: Request,
     docs = multimodal_parts(req.documents)
     # Image (or mixed) documents need an image-capable embedder; text-only ones on a reranker keep its path.
     r = await cancel_on_disconnect(request, svc.rerank_multimodal(spec.name, req.query, docs))
-    return JSONResponse(rerank_response(r))
+    return JSONResponse(rerank_response(r, [d.id for d in req.documents]))

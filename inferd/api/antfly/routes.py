@@ -13,6 +13,7 @@ router = APIRouter()
 
 
 @router.get("/ai/v1/models")
+@router.get("/api/models")  # the spec's /transcribe section points clients here (Ollama has no such route)
 async def models(svc: InferenceService = Depends(get_service)) -> dict:
     return convert.models(svc.models(), svc.backends, int(svc.started_at), allow_downloads=svc.settings.allow_downloads,
                           extras=svc.model_state)

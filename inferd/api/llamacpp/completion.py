@@ -23,6 +23,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferd.api.chat_only import refuse_chat_only
 from inferd.api.infill import LoraEntry, lora_refs
 from inferd.api.deps import get_service
 from inferd.api.llamacpp.timings import llama_timings
@@ -47,6 +48,7 @@ class CompletionBody(BaseModel):
     prompt: Any = None
     n_predict: int | None = Field(None, ge=-1)
     max_tokens: int | None = Field(None, ge=-1)  # llama-server reads it when n_predict is absent
+    max_completion_tokens: int | None = Field(None, ge=-1)  # openai-server's alias of max_tokens
     temperature: float = 0.8
     top_k: int = Field(40, ge=0)
     top_p: float = Field(0.95, ge=0.0, le=1.0)
@@ -89,6 +91,10 @@ class CompletionBody(BaseModel):
     n_cache_reuse: int = 0
     post_sampling_probs: bool = False
     return_progress: bool = False
+    # openai-server lists these for its bare /completions too: a 400 naming each (api/chat_only.py).
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    chat_template: str | None = None
 
 
 # Options accepted only at their off value: field -> (is it off?, why).
@@ -113,6 +119,7 @@ def check_supported(body: CompletionBody) -> None:
     for name, (off, why) in _OFF.items():
         if not off(getattr(body, name)):
             raise InvalidInput(f"{name}: {why} in inferd (leave it at its default)", name)
+    refuse_chat_only(body.tools, body.tool_choice, body.chat_template)
     if body.grammar is not None and body.json_schema is not None:
         raise InvalidInput("send grammar or json_schema, not both", "grammar")
 
@@ -271,7 +278,8 @@ async def logit_bias(svc: InferenceService, model: str | None,
 
 # ---- wire -> engine ---------------------------------------------------------------------------
 def n_predict(body: CompletionBody) -> int | None:
-    n = body.n_predict if body.n_predict is not None else body.max_tokens
+    n = body.n_predict if body.n_predict is not None else \
+        body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
     return None if n is None or n < 0 else n
 
 

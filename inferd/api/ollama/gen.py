@@ -69,6 +69,9 @@ class GenerateBody(BaseModel):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     lora: list[LoraEntry] | None = None
+    # GenAIServer takes tools on /api/chat only; here they are a 400 naming them, not dropped.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
@@ -94,7 +97,9 @@ def _num(options: dict[str, Any], key: str, kind: type, default: Any = None) -> 
 
 
 def options_to_request(options: dict[str, Any] | None) -> dict[str, Any]:
-    """Ollama `options` -> GenerateRequest fields (sampling, max_tokens, stop, num_ctx)."""
+    """Ollama `options` -> GenerateRequest fields (sampling, max_tokens, stop, num_ctx). The
+    load-time options (num_gpu, num_thread, num_batch, main_gpu, use_mmap, numa) are the
+    server's settings here, not a request's, and pass unread, as do num_keep and penalize_newline."""
     o = dict(options or {})
     stop = o.get("stop") or []
     if isinstance(stop, str):
@@ -106,10 +111,13 @@ def options_to_request(options: dict[str, Any] | None) -> dict[str, Any]:
     if num_ctx is not None and num_ctx < 1:
         raise InvalidInput("options.num_ctx must be >= 1", "options.num_ctx")
     seed = _num(o, "seed", int)
+    typical_p = _num(o, "typical_p", float, 1.0)
+    if not 0.0 < typical_p <= 1.0:
+        raise InvalidInput("options.typical_p must be > 0 and <= 1", "options.typical_p")
     sp = SamplingParams(
         temperature=_num(o, "temperature", float, DEFAULTS["temperature"]),
         top_k=_num(o, "top_k", int, DEFAULTS["top_k"]), top_p=_num(o, "top_p", float, DEFAULTS["top_p"]),
-        min_p=_num(o, "min_p", float, DEFAULTS["min_p"]),
+        min_p=_num(o, "min_p", float, DEFAULTS["min_p"]), typical_p=typical_p,
         repetition_penalty=_num(o, "repeat_penalty", float, DEFAULTS["repeat_penalty"]),
         penalty_last_n=_num(o, "repeat_last_n", int, DEFAULTS["repeat_last_n"]),
         presence_penalty=_num(o, "presence_penalty", float, 0.0),
@@ -165,6 +173,9 @@ def with_images(images: list[str], text: str) -> list[dict[str, Any]]:
 
 
 def generate_request(body: GenerateBody) -> GenerateRequest:
+    if body.tools or body.tool_choice not in (None, "auto", "none"):
+        param = "tools" if body.tools else "tool_choice"
+        raise InvalidInput(f"'{param}' is taken by /api/chat (messages), not /api/generate", param)
     if body.images and body.raw:
         raise InvalidInput("'images' need the model's chat template: they cannot be sent with raw: true", "images")
     if body.suffix and (body.images or body.system):

@@ -13,10 +13,13 @@ from inferd.errors import InvalidInput
 from inferd.service import InferenceService
 
 router = APIRouter()
+# openai-server uploads with the `file` field alone; OpenAI requires a purpose. Without one a
+# file is OpenAI's general-purpose `user_data` (chat messages may use it as an image or audio).
+DEFAULT_PURPOSE = "user_data"
 
 
 @router.post("/v1/files")
-async def upload(file: UploadFile = File(...), purpose: str = Form(...),
+async def upload(file: UploadFile = File(...), purpose: str = Form(DEFAULT_PURPOSE),
                  svc: InferenceService = Depends(get_service)) -> dict:
     return await svc.upload_file(file.file, file.filename or "upload", purpose, file.size)
 

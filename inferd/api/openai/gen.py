@@ -20,6 +20,7 @@ import uuid
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferd.api.chat_only import refuse_chat_only
 from inferd.api.deps import get_service
 from inferd.api.llamacpp.timings import llama_timings
 from inferd.api.infill import LoraEntry, lora_refs, ping_interval, progress
@@ -115,6 +116,16 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
     logprobs: int | None = Field(None, ge=0, le=20)  # legacy: how many top tokens per position
     best_of: int | None = Field(None, ge=1)
+    # Chat fields openai-server's table lists for both routes. A completion prompt is sent as
+    # written (no template renders it, no tool prompt is added), so a value that asks for
+    # anything is a 400 naming the field (api/chat_only.py), never silently dropped.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    chat_template: str | None = None
+    enable_thinking: bool | None = None
+    # Structured output on a raw prompt, as llama-server and vLLM take it: the schema's grammar
+    # constrains the completion (no template is involved).
+    response_format: dict[str, Any] | None = None
 
 
 # ---- wire <-> engine (pure functions) ------------------------------------------------
@@ -239,6 +250,7 @@ def echo_text(body: CompletionRequest) -> str | None:
 
 
 def completion_request(body: CompletionRequest) -> GenerateRequest:
+    refuse_chat_only(body.tools, body.tool_choice, body.chat_template, body.enable_thinking)
     if body.best_of not in (None, 1):
         raise InvalidInput("best_of > 1 is not supported", "best_of")
     n_top = body.logprobs
@@ -248,8 +260,13 @@ def completion_request(body: CompletionRequest) -> GenerateRequest:
         if not isinstance(prompt, str):
             raise InvalidInput("suffix needs a text prompt (the text before the insertion point)", "suffix")
         infill = Infill(prefix=prompt, suffix=body.suffix)
-    return GenerateRequest(prompt=prompt, infill=infill, infill_param="suffix",
-                           sampling=sampling(body, n_top is not None, n_top or 0, body.grammar), **_common(body))
+    # response_format goes through the chat planner (its one 400 for a bad type or schema, and
+    # for grammar + response_format together); a raw grammar alone stays a sampling grammar.
+    rf = body.response_format
+    chat = ChatOptions(response_format=rf, grammar=body.grammar) if rf else None
+    return GenerateRequest(prompt=prompt, infill=infill, infill_param="suffix", chat=chat,
+                           sampling=sampling(body, n_top is not None, n_top or 0, None if chat else body.grammar),
+                           **_common(body))
 
 
 # ---- responses --------------------------------------------------------------------------------
