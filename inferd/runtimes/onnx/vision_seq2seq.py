@@ -59,6 +59,14 @@ class _Decoder:
         self.past_out = [o.name for o in with_past.get_outputs()]
 
     def start(self, ids: np.ndarray, rows: Sequence[int]):
+        out, hidden = self.first_pass(ids, rows)
+        cache = {k.replace("present.", "past_key_values."): v for k, v in out.items() if k.startswith("present.")}
+        cache["__hidden"] = hidden
+        return out["logits"][:, -1, :], cache
+
+    def first_pass(self, ids: np.ndarray, rows: Sequence[int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The first decoder graph on ids [rows, t]: every output (logits at each position), and
+        the rows' encoder states."""
         hidden = self.hidden[list(rows)]
         feed = {"input_ids": ids.astype(np.int64), "encoder_hidden_states": hidden}
         if "encoder_attention_mask" in self.first_inputs:
@@ -71,9 +79,7 @@ class _Decoder:
                 feed[name] = np.zeros(dims, dtype=np.float32)
         out = dict(zip(self.first_out, self.first.run(self.first_out, {k: v for k, v in feed.items()
                                                                         if k in self.first_inputs})))
-        cache = {k.replace("present.", "past_key_values."): v for k, v in out.items() if k.startswith("present.")}
-        cache["__hidden"] = hidden
-        return out["logits"][:, -1, :], cache
+        return out, hidden
 
     def next(self, tokens: np.ndarray, cache: dict[str, np.ndarray]):
         hidden = cache["__hidden"]
