@@ -272,6 +272,9 @@ class WhisperOnnxRuntime:
                          else [{"start": c.offset, "end": c.offset + duration, "tokens": tokens}])
                 seek = int(round(c.offset * self.rate / self.mel.hop))
                 for s in parts:
+                    # an unclosed last segment ends with the audio; one that opened past it (a
+                    # timestamp beyond the speech) is empty in time, and dropped as such
+                    s["end"] = max(s["end"], s["start"])
                     text = self.text(s["tokens"])
                     if s["start"] == s["end"] or not text.strip():
                         continue
