@@ -268,7 +268,7 @@ class WhisperOnnxRuntime:
                     and not (opts.log_prob_threshold is not None and avg_logprob > opts.log_prob_threshold))
             if not skip:
                 duration = self.mel.content_frames(len(c.audio)) * self.mel.hop / self.rate
-                parts = (split_by_timestamps(tokens, self.ts_begin, c.offset, duration) if opts.timestamps
+                parts: list[dict[str, Any]] = (split_by_timestamps(tokens, self.ts_begin, c.offset, duration) if opts.timestamps
                          else [{"start": c.offset, "end": c.offset + duration, "tokens": tokens}])
                 seek = int(round(c.offset * self.rate / self.mel.hop))
                 for s in parts:
