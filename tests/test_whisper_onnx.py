@@ -274,3 +274,32 @@ def test_refusals_are_4xx_in_both_families(srv):
     r = httpx.post(srv.url + "/v1/audio/transcriptions", files={"file": ("a.wav", wav)}, timeout=60,
                    data={"model": "wonnx", "language": "xx"})
     assert r.status_code == 400
+
+
+async def test_realtime_websocket_transcribes_with_the_export(srv):
+    """The realtime transcription session drives any transcriber through the speech service:
+    a committed buffer (24 kHz PCM, resampled to the model's 16 kHz) comes back as a transcript."""
+    import asyncio
+
+    conn_cfg = {"type": "transcription", "audio": {"input": {
+        "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": None,
+        "transcription": {"model": "wonnx", "language": "en"}}}}
+    x = decode((CLIPS / "fox.wav").read_bytes(), 24000)
+    pcm = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert (await conn.recv()).type == "session.created"
+        await conn.session.update(session=conn_cfg)
+        updated = await conn.recv()
+        assert updated.type == "session.updated" and updated.session.audio.input.transcription.model == "wonnx"
+        for i in range(0, len(pcm), 4800):
+            await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 4800]).decode())
+        await conn.input_audio_buffer.commit()
+        events: list = []
+        async with asyncio.timeout(120):
+            while not events or events[-1].type != "conversation.item.input_audio_transcription.completed":
+                events.append(await conn.recv())
+    done = events[-1]
+    assert done.transcript.strip() and done.usage.seconds == pytest.approx(3.44, abs=0.1)
+    deltas = [e.delta for e in events if e.type == "conversation.item.input_audio_transcription.delta"]
+    assert "".join(deltas) == done.transcript
