@@ -303,3 +303,26 @@ async def test_realtime_websocket_transcribes_with_the_export(srv):
     assert done.transcript.strip() and done.usage.seconds == pytest.approx(3.44, abs=0.1)
     deltas = [e.delta for e in events if e.type == "conversation.item.input_audio_transcription.delta"]
     assert "".join(deltas) == done.transcript
+
+
+def test_an_english_only_export_has_no_language_or_task_tokens(tmp_path):
+    """A `.en` export (is_multilingual false, no lang_to_id): the prompt is <|startoftranscript|>
+    (+ <|notimestamps|>), English only, no translation, and discovery shows no translate."""
+    from inferd.errors import CapabilityMissing, InvalidInput
+    from inferd.registry.discovery import make_spec
+    from inferd.runtimes.speech import load_whisper_onnx
+
+    folder = layout(tmp_path / "en", SPLIT)
+    gen = json.loads((folder / "generation_config.json").read_text())
+    gen.update(is_multilingual=False, lang_to_id={}, task_to_id={})
+    (folder / "generation_config.json").write_text(json.dumps(gen))
+    rt = load_whisper_onnx(folder, threads=1, name="en")
+    assert rt.prompt("en", DecodeOptions(timestamps=False)) == [rt.sot, rt.no_ts]
+    with pytest.raises(CapabilityMissing):
+        rt.check(DecodeOptions(task="translate"), None)
+    with pytest.raises(InvalidInput):
+        rt.check(DecodeOptions(), "de")
+    res = rt.decode_batch([Chunk(clip("fox.wav"), 0.0, None)], CASES["transcribe"][1])[0]
+    assert res.language == "en" and res.language_probability == 1.0 and len(res.tokens) == 64
+    spec = make_spec("en", folder, "cli")
+    assert "translate" not in spec.capabilities and "language_detection" not in spec.capabilities
