@@ -326,3 +326,15 @@ def test_an_english_only_export_has_no_language_or_task_tokens(tmp_path):
     assert res.language == "en" and res.language_probability == 1.0 and len(res.tokens) == 64
     spec = make_spec("en", folder, "cli")
     assert "translate" not in spec.capabilities and "language_detection" not in spec.capabilities
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_logprob_noted_while_decoding_equals_a_rescoring_pass(runtime, timestamps):
+    """Greedy notes each token's logprob as it decodes; beam search rescoring its tokens in one
+    pass must give the same number for the same tokens (avg_logprob, the fallback's measure)."""
+    opts = DecodeOptions(beam_size=1, temperatures=(0.0,), timestamps=timestamps)
+    prompt = runtime.prompt("en", opts)
+    dec = runtime.decoder(runtime.encode([clip("call.wav")]))
+    (tokens, noted), = runtime.generate(dec, prompt, [0], opts, 0.0)
+    assert len(tokens) == 64 and noted < 0
+    assert runtime.score(dec, prompt, 0, tokens, timestamps) == pytest.approx(noted, rel=1e-4)

@@ -103,7 +103,7 @@ class WhisperOnnxRuntime:
         if gen.get("prev_sot_token_id") is not None:
             self.prev_sot = int(gen["prev_sot_token_id"])
         # transformers' no-speech token: the one before <|notimestamps|> (<|nospeech|>, <|nocaptions|>)
-        self.no_speech = self.no_ts - 1
+        self.no_speech_id = self.no_ts - 1
         self.lang_ids = {k[2:-2]: int(v) for k, v in (gen.get("lang_to_id") or {}).items()}
         self.task_ids = {k: int(v) for k, v in (gen.get("task_to_id") or {}).items()}
         self.multilingual = bool(gen.get("is_multilingual", bool(self.lang_ids))) and bool(self.lang_ids)
@@ -289,21 +289,38 @@ class WhisperOnnxRuntime:
         return str(self.tokenizer.decode([t for t in tokens if t < self.eot], skip_special_tokens=False))
 
     def generate(self, dec, prompt: list[int], rows: list[int], opts: DecodeOptions, temperature: float,
-                 ) -> list[list[int]]:
-        """One candidate per row (EOS dropped): greedy or beam search at temperature 0, the best
-        of best_of samples otherwise."""
+                 ) -> list[tuple[list[int], float]]:
+        """One candidate per row, (tokens without EOS, summed logprob of the tokens and the EOS):
+        greedy or beam search at temperature 0, the best of best_of samples otherwise."""
         n = self.max_new(prompt)
         if temperature > 0:
             return [self._sample(dec, prompt, r, opts, temperature, n) for r in rows]
         if opts.beam_size > 1:
             cfg = self.config(opts, opts.beam_size)
             seqs = [beam_search(dec, cfg, prompt, r, n) for r in rows]
-        else:
-            seqs = greedy(dec, self.config(opts, 1), prompt, rows, n)
-        return [s[:-1] if s and s[-1] == self.eot else s for s in seqs]
+            return [(self._strip(t), self.score(dec, prompt, r, t, opts.timestamps)) for r, t in zip(rows, seqs)]
+        # greedy picks the top of the processed scores: its logprob is max - logsumexp, noted at
+        # each step (the generic processors after Whisper's do nothing for this config)
+        steps: list[np.ndarray] = []
+        proc = self.processor(opts.timestamps)
+
+        def noting(seqs: np.ndarray, begin: int, scores: np.ndarray) -> np.ndarray:
+            out = proc(seqs, begin, scores)
+            top = out.max(axis=-1)
+            steps.append(top - (top + np.log(np.exp(out - top[:, None]).sum(axis=-1))))
+            return out
+
+        cfg = GenConfig(eos=(self.eot,), pad=self.pad, processor=noting)
+        res = []
+        for k, t in enumerate(greedy(dec, cfg, prompt, rows, n)):
+            res.append((self._strip(t), float(sum(step[k] for step in steps[:len(t)]))))
+        return res
+
+    def _strip(self, tokens: list[int]) -> list[int]:
+        return tokens[:-1] if tokens and tokens[-1] == self.eot else tokens
 
     def _sample(self, dec, prompt: list[int], row: int, opts: DecodeOptions, temperature: float,
-                n: int) -> list[int]:
+                n: int) -> tuple[list[int], float]:
         """best_of sampled candidates of one window; the likeliest wins."""
         k = max(1, opts.best_of)
         proc = self.processor(opts.timestamps)
@@ -333,41 +350,45 @@ class WhisperOnnxRuntime:
             logits, cache = dec.next(nxt, cache)
         lengths = np.where(done, ends - p, cur - p)
         best = int(np.argmax(total / (lengths + 1)))
-        return seqs[best, p:p + int(lengths[best])].tolist()
+        return seqs[best, p:p + int(lengths[best])].tolist(), float(total[best])
 
-    def score(self, dec, prompt: list[int], rows: list[int], cands: list[list[int]],
-              timestamps: bool) -> list[tuple[float, float]]:
-        """(avg_logprob, no_speech_prob) of each row's tokens, from one decoder pass over
-        prompt + tokens: logprobs of the processed scores, summed over the tokens and the EOS,
-        over len + 1 (faster-whisper's measure); no_speech_prob from the <|startoftranscript|>
-        position, as Whisper reads it."""
+    def score(self, dec, prompt: list[int], row: int, tokens: list[int], timestamps: bool) -> float:
+        """The summed logprob (of the processed scores) of a beam search's tokens and its EOS,
+        from one decoder pass over prompt + tokens."""
         proc = self.processor(timestamps)
-        p, at = len(prompt), prompt.index(self.sot)
-        out = []
-        for r, toks in zip(rows, cands):
-            full = [*prompt, *toks, self.eot]
-            res, _ = dec.first_pass(np.array([full[:-1]], dtype=np.int64), [r])
-            logits = res["logits"][0].astype(np.float32)
-            ns = log_softmax(logits[at:at + 1])[0, self.no_speech]
-            seq = np.array([full], dtype=np.int64)
-            total = 0.0
-            for j in range(p - 1, len(full) - 1):
-                s = proc(seq[:, :j + 1], p, logits[j:j + 1].copy())
-                v = log_softmax(s)[0, full[j + 1]]
-                total += float(v) if np.isfinite(v) else 0.0
-            out.append((total / (len(toks) + 1), float(np.exp(ns))))
-        return out
+        p = len(prompt)
+        full = [*prompt, *tokens]
+        res, _ = dec.first_pass(np.array([full], dtype=np.int64), [row])
+        logits = res["logits"][0]
+        seq = np.array([full], dtype=np.int64)
+        total = 0.0
+        for j in range(p - 1, len(full)):
+            nxt = full[j + 1] if j + 1 < len(full) else self.eot
+            if j + 1 == len(full) and len(tokens) >= self.max_new(prompt):
+                break  # stopped by the length, not by an EOS
+            s = proc(seq[:, :j + 1], p, logits[j:j + 1].astype(np.float32))
+            v = log_softmax(s)[0, nxt]
+            total += float(v) if np.isfinite(v) else 0.0
+        return total
+
+    def no_speech(self, dec, prompt: list[int], rows: list[int]) -> list[float]:
+        """Whisper's no-speech probability: the no-speech token at the <|startoftranscript|>
+        position (a short pass over the prompt up to it)."""
+        at = prompt.index(self.sot)
+        ids = np.array([prompt[:at + 1]] * len(rows), dtype=np.int64)
+        res, _ = dec.first_pass(ids, rows)
+        return [float(np.exp(v)) for v in log_softmax(res["logits"][:, at])[:, self.no_speech_id]]
 
     def _decode(self, dec, prompt: list[int], rows: list[int], opts: DecodeOptions, picked: dict) -> None:
         """Decode `rows` (one shared prompt) down the temperature ladder: a row that decodes too
         repetitive or too unlikely is tried at the next temperature (faster-whisper's rules)."""
         candidates: dict[int, list[tuple]] = {r: [] for r in rows}
         pending = list(rows)
+        silence = dict(zip(rows, self.no_speech(dec, prompt, rows)))
         for temperature in opts.temperatures:
-            toks = self.generate(dec, prompt, pending, opts, temperature)
-            scores = self.score(dec, prompt, pending, toks, opts.timestamps)
             still = []
-            for r, t, (avg, ns) in zip(pending, toks, scores):
+            for r, (t, logprob) in zip(pending, self.generate(dec, prompt, pending, opts, temperature)):
+                avg, ns = logprob / (len(t) + 1), silence[r]
                 ratio = compression_ratio(self.text(t).strip())
                 cand = (t, avg, ns, temperature, ratio)
                 candidates[r].append(cand)
