@@ -338,3 +338,22 @@ def test_logprob_noted_while_decoding_equals_a_rescoring_pass(runtime, timestamp
     (tokens, noted), = runtime.generate(dec, prompt, [0], opts, 0.0)
     assert len(tokens) == 64 and noted < 0
     assert runtime.score(dec, prompt, 0, tokens, timestamps) == pytest.approx(noted, rel=1e-4)
+
+
+def test_languages_come_from_the_tokenizer_when_the_config_lacks_them(tmp_path):
+    """Older exports' generation_config.json has no lang_to_id/task_to_id: the language tokens
+    are read from the vocabulary, and decoding is unchanged."""
+    from inferd.runtimes.speech import load_whisper_onnx
+
+    folder = layout(tmp_path / "old", MERGED)
+    gen = json.loads((folder / "generation_config.json").read_text())
+    full = load_whisper_onnx(WONNX, threads=1)
+    del gen["lang_to_id"], gen["task_to_id"]
+    (folder / "generation_config.json").write_text(json.dumps(gen))
+    rt = load_whisper_onnx(folder, threads=1)
+    assert rt.lang_ids == full.lang_ids and rt.task_ids == full.task_ids and rt.multilingual
+    res = rt.decode_batch([Chunk(clip("fox.wav"), 0.0, None)], CASES["translate"][1])[0]
+    assert res.tokens == CLIPREF["fox.wav"]["translate"]["tokens"]
+    from inferd.registry.discovery import make_spec
+
+    assert "translate" in make_spec("old", folder, "cli").capabilities

@@ -115,7 +115,9 @@ def whisper_onnx_multilingual(folder: Path) -> bool:
         gen = json.loads((folder / "generation_config.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(gen, dict) and bool(gen.get("is_multilingual", True)) and bool(gen.get("lang_to_id"))
+    # is_multilingual decides where given (older configs have no lang_to_id: the runtime reads
+    # the language tokens from the vocabulary)
+    return isinstance(gen, dict) and bool(gen.get("is_multilingual", bool(gen.get("lang_to_id"))))
 
 
 def capabilities(fmt: str, path: Path, manifest: dict[str, Any]) -> set[str]:

@@ -106,6 +106,8 @@ class WhisperOnnxRuntime:
         self.no_speech_id = self.no_ts - 1
         self.lang_ids = {k[2:-2]: int(v) for k, v in (gen.get("lang_to_id") or {}).items()}
         self.task_ids = {k: int(v) for k, v in (gen.get("task_to_id") or {}).items()}
+        if not self.lang_ids and gen.get("is_multilingual", True):
+            self.lang_ids, self.task_ids = self._specials_of_tokenizer()
         self.multilingual = bool(gen.get("is_multilingual", bool(self.lang_ids))) and bool(self.lang_ids)
         self.languages = frozenset(self.lang_ids) if self.multilingual else frozenset({"en"})
         self.suppress = tuple(int(t) for t in gen.get("suppress_tokens", cfg.get("suppress_tokens")) or ())
@@ -134,6 +136,19 @@ class WhisperOnnxRuntime:
             raise ModelLoadFailed(f"{folder}: the decoder graphs are not optimum's layout (inputs {sorted(names)})")
         self.graph_files = {k: v.name for k, v in g.items()}
         self.rng = np.random.default_rng()
+
+    def _specials_of_tokenizer(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Older generation configs lack lang_to_id/task_to_id: Whisper's vocabulary has the
+        language tokens between <|startoftranscript|> and <|translate|>."""
+        tr, tc = self.tokenizer.token_to_id("<|translate|>"), self.tokenizer.token_to_id("<|transcribe|>")
+        if tr is None or tc is None:
+            return {}, {}
+        langs = {}
+        for i in range(self.sot + 1, tr):
+            t = self.tokenizer.id_to_token(i) or ""
+            if t.startswith("<|") and t.endswith("|>"):
+                langs[t[2:-2]] = i
+        return langs, {"translate": tr, "transcribe": tc}
 
     @property
     def capabilities(self) -> frozenset[str]:
