@@ -34,6 +34,9 @@ class GenConfig:
     min_new_tokens: int = 0
     repetition_penalty: float = 1.0
     suppress: tuple[int, ...] = field(default_factory=tuple)
+    # A model's own logits processors, run before the generic ones (transformers puts Whisper's
+    # first): (seqs [rows, cur], prompt_len, scores [rows, V]) -> scores
+    processor: Callable[[np.ndarray, int, np.ndarray], np.ndarray] | None = None
 
     @classmethod
     def from_json(cls, g: dict[str, Any], cfg: dict[str, Any]) -> "GenConfig":
@@ -62,6 +65,8 @@ def process(cfg: GenConfig, seqs: np.ndarray, cur: int, prompt_len: int, max_len
     """transformers' logits processors, in its order, on scores [rows, V] given the rows'
     tokens so far (seqs[:, :cur])."""
     s = scores.copy()
+    if cfg.processor is not None:
+        s = cfg.processor(seqs[:, :cur], prompt_len, s)
     if cfg.repetition_penalty != 1.0:
         for r in range(s.shape[0]):
             ids = np.unique(seqs[r, :cur])

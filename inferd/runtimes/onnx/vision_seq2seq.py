@@ -71,6 +71,14 @@ class _Decoder:
         self.past_out = [o.name for o in with_past.get_outputs()]
 
     def start(self, ids: np.ndarray, rows: Sequence[int]):
+        out, hidden = self.first_pass(ids, rows)
+        cache = {k.replace("present.", "past_key_values."): v for k, v in out.items() if k.startswith("present.")}
+        cache["__hidden"], cache["__mask"] = hidden, self.mask[list(rows)]
+        return out["logits"][:, -1, :], cache
+
+    def first_pass(self, ids: np.ndarray, rows: Sequence[int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The first decoder graph on ids [rows, t]: every output (logits at each position), and
+        the rows' encoder states."""
         hidden, mask = self.hidden[list(rows)], self.mask[list(rows)]
         feed = {**self._tokens(ids.astype(np.int64), self.first_inputs), "encoder_hidden_states": hidden}
         if "encoder_attention_mask" in self.first_inputs:
@@ -85,9 +93,7 @@ class _Decoder:
                 feed[name] = np.zeros(dims, dtype=np.float32)
         out = dict(zip(self.first_out, self.first.run(self.first_out, {k: v for k, v in feed.items()
                                                                         if k in self.first_inputs})))
-        cache = {k.replace("present.", "past_key_values."): v for k, v in out.items() if k.startswith("present.")}
-        cache["__hidden"], cache["__mask"] = hidden, mask
-        return out["logits"][:, -1, :], cache
+        return out, hidden
 
     def _tokens(self, ids: np.ndarray, inputs: set[str]) -> dict[str, np.ndarray]:
         if "inputs_embeds" in inputs and self.embed is not None:

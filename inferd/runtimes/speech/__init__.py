@@ -1,5 +1,5 @@
-"""Speech runtimes (leaf): Whisper in CTranslate2 format through faster-whisper, and CTC
-models (Wav2Vec2, HuBERT) exported to ONNX on onnxruntime. Audio decoding through PyAV.
+"""Speech runtimes (leaf): Whisper in CTranslate2 format through faster-whisper, Whisper
+exported to ONNX (optimum's layout) on onnxruntime, and CTC models (Wav2Vec2, HuBERT) exported to ONNX on onnxruntime. Audio decoding through PyAV.
 
 Both satisfy the same structural protocol, which inferd/scheduling/speech.py drives:
 `rate`, `multilingual`, `capabilities`, `check(opts, language)`,
@@ -19,10 +19,16 @@ def load_whisper(path: Path, threads: int | None = None, name: str = "", compute
     return WhisperRuntime(path, threads=threads, compute_type=compute_type, name=name)
 
 
+def load_whisper_onnx(path: Path, threads: int | None = None, name: str = ""):
+    from inferd.runtimes.speech.whisper_onnx import WhisperOnnxRuntime
+
+    return WhisperOnnxRuntime(path, threads=threads, name=name)
+
+
 def load_ctc(path: Path, threads: int | None = None, name: str = "", language: str = "en"):
     from inferd.runtimes.speech.ctc import CtcRuntime
 
     return CtcRuntime(path, threads=threads, name=name, language=language)
 
 
-__all__ = ["Chunk", "ChunkResult", "DecodeOptions", "Segment", "Word", "load_ctc", "load_whisper"]
+__all__ = ["Chunk", "ChunkResult", "DecodeOptions", "Segment", "Word", "load_ctc", "load_whisper", "load_whisper_onnx"]
