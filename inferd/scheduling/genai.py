@@ -46,6 +46,7 @@ class LaneBackend(Protocol):
     # one forward pass: ((lane, token or None, finish reason or None), rows of the pass)
     def step(self) -> tuple[list[tuple[Any, int | None, str | None]], int]: ...
     def stop(self, lane: Any) -> None: ...
+    def close(self) -> None: ...  # on the worker thread, as it ends (the native engine is bound to it)
 
 
 class GenaiRuntime(Protocol):
@@ -170,6 +171,7 @@ class GenaiScheduler:
                 if closing:
                     self._fail_all(lambda: ModelUnloaded(self.name))
                     self._idle_calls.fail(lambda: ModelUnloaded(self.name))
+                    self._close_lanes()
                     return
                 try:
                     self._step()
@@ -182,6 +184,13 @@ class GenaiScheduler:
             why = f"generation worker failed: {e}"
             self._fail_all(lambda: InferenceFailed(why))
             self._idle_calls.fail(lambda: InferenceFailed(why))
+            self._close_lanes()
+
+    def _close_lanes(self) -> None:
+        try:
+            self.lanes.close()
+        except Exception:
+            log.exception("closing the engine of %s failed", self.name)
 
     def _step(self) -> None:
         now = time.perf_counter()

@@ -21,17 +21,20 @@ from typing import Any
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec
 from inferd.runtimes.onnx_genai.lanes import Lanes, Turn
+from inferd.runtimes.onnx_genai.pieces import TokenBytes
 from inferd.runtimes.options import RuntimeOptions
 from inferd.types import Image, SamplingParams
 
 log = logging.getLogger("inferd.onnx_genai")
 
 CONFIG = "genai_config.json"
+DYNAMIC_BATCH = 100  # onnxruntime-genai's default engine.dynamic_batching.max_batch_size
 
-# SamplingParams fields onnxruntime-genai has no equivalent of: (field, default, request name)
-UNSUPPORTED = (("min_p", 0.0, "min_p"), ("typical_p", 1.0, "typical_p"),
-               ("frequency_penalty", 0.0, "frequency_penalty"), ("presence_penalty", 0.0, "presence_penalty"),
-               ("logprobs", False, "logprobs"), ("samplers", None, "samplers"))
+# SamplingParams fields onnxruntime-genai has no equivalent of: (field, default, request name).
+# The truncations only matter when sampling (greedy decoding takes the top token whatever they say).
+UNSUPPORTED = (("frequency_penalty", 0.0, "frequency_penalty"), ("presence_penalty", 0.0, "presence_penalty"),
+               ("logprobs", False, "logprobs"))
+UNSUPPORTED_SAMPLED = (("min_p", 0.0, "min_p"), ("typical_p", 1.0, "typical_p"), ("samplers", None, "samplers"))
 
 
 def is_genai_folder(path: Path) -> bool:
@@ -69,6 +72,7 @@ class OgaGenerator:
             self.tok = Tokenizer.from_file(str(tok_file))
             self.tok_plain = Tokenizer.from_file(str(tok_file))  # special tokens read as text
             self.tok_plain.encode_special_tokens = True
+            self._pieces = TokenBytes(self.tok, json.loads(tok_file.read_text()))
             tcfg_file = folder / "tokenizer_config.json"
             tcfg = json.loads(tcfg_file.read_text()) if tcfg_file.is_file() else {}
         except (OSError, ValueError) as e:
@@ -100,10 +104,11 @@ class OgaGenerator:
             config.overlay(json.dumps(overlay))
             self.model = og.Model(config)
             self.lanes = Lanes(og, self.model, self.dynamic, self._vocab)
-            self._stream_tok = og.Tokenizer(self.model)
         except RuntimeError as e:
             raise ModelLoadFailed(f"model '{spec.name}': onnxruntime-genai cannot load {folder}: {e}") from e
-        self.n_seq = self.lanes.max_batch
+        # the engine's batch: the static one set above, or the model's dynamic_batching limit
+        dyn = (cfg.get("engine") or {}).get("dynamic_batching") or {}
+        self.n_seq = int(dyn.get("max_batch_size") or DYNAMIC_BATCH) if self.dynamic else max(1, opts.parallel)
 
     # ---- what the service prepares a request with -----------------------------------------
     @property
@@ -123,7 +128,7 @@ class OgaGenerator:
         return str(self.tok.decode(list(tokens), skip_special_tokens=False))
 
     def token_bytes(self, token: int) -> bytes:
-        return self.detokenize([token]).encode()
+        return self._pieces.bytes_of(int(token))
 
     @property
     def fim_tokens(self) -> dict[str, int]:
@@ -141,7 +146,7 @@ class OgaGenerator:
 
     def make_sampler(self, params: SamplingParams) -> Turn:
         """The request's Turn, or a 400 naming what onnxruntime-genai cannot honour."""
-        for attr, default, name in UNSUPPORTED:
+        for attr, default, name in UNSUPPORTED + (UNSUPPORTED_SAMPLED if params.temperature > 0 else ()):
             if getattr(params, attr) != default:
                 raise InvalidInput(f"{name} is not supported by ONNX generators (onnxruntime-genai) such as "
                                    f"model '{self.name}'", name)
@@ -178,18 +183,16 @@ class OgaGenerator:
 
     # ---- what the scheduler steps -------------------------------------------------------------
     def piece_decoder(self) -> Callable[[int], bytes]:
-        """A per-sequence incremental decoder: token -> the bytes of whole characters it completes
-        (onnxruntime-genai's TokenizerStream holds a partial UTF-8 sequence until it is whole)."""
-        stream = self._stream_tok.create_stream()
-        return lambda t: stream.decode(int(t)).encode()
+        """token -> its raw bytes, for the scheduler's TextOut (which joins partial UTF-8 across
+        tokens and replaces invalid bytes, as for GGUF generators). Not onnxruntime-genai's
+        TokenizerStream: it drops the bytes of an invalid sequence and the text that follows."""
+        return self._pieces.bytes_of
 
     def is_eog(self, token: int) -> bool:
         return token in self._eos
 
     def close(self) -> None:
-        lanes = getattr(self, "lanes", None)
-        if lanes is not None:
-            lanes.close()
+        """After the scheduler's worker ended (it closed the engine, its owner thread)."""
         self.model = None
 
 

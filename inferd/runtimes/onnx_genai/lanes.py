@@ -61,12 +61,20 @@ class Lanes:
 
     def __init__(self, og: Any, model: Any, dynamic: bool, vocab: int):
         self.og, self.model, self.dynamic, self.vocab = og, model, dynamic, vocab
-        self.engine = og.Engine(model)
-        self.buffer = self.engine.create_event_buffer(256)
-        caps = self.engine.get_capabilities()
-        self.max_batch = int(caps.configured_max_batch_size) or 1
+        # og.Engine answers only the thread that made it ("Engine operations must be called from
+        # the Engine owner thread"): it is made on first use, on the scheduler's worker thread,
+        # and closed there (close()).
+        self._engine: Any = None
+        self.buffer: Any = None
         self._by_request: dict[int, Lane] = {}
         self._solo: list[Lane] = []
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            self._engine = self.og.Engine(self.model)
+            self.buffer = self._engine.create_event_buffer(256)
+        return self._engine
 
     # ---- start / stop --------------------------------------------------------------------
     def start(self, prompt: list[int], turn: Turn, max_tokens: int) -> Lane:
@@ -140,7 +148,7 @@ class Lanes:
         out: list[tuple[Lane, int | None, str | None]] = []
         rows = 0
         og = self.og
-        if self._by_request and self.engine.has_pending_requests():
+        if self._by_request and self.engine.has_pending_requests():  # (the engine exists: a request does)
             for ev in self.engine.run(self.buffer):
                 lane = self._by_request.get(id(ev.request))
                 if lane is None:
@@ -170,6 +178,7 @@ class Lanes:
         return len(self._by_request) + len(self._solo)
 
     def close(self) -> None:
+        """On the worker thread, as it ends: the requests, then the engine."""
         for lane in list(self._by_request.values()) + list(self._solo):
             self.stop(lane)
-        self.engine = None
+        self._engine = self.buffer = None
