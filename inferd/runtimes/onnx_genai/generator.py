@@ -178,6 +178,18 @@ class OgaGenerator:
     def load_adapter(self, path: str) -> None:
         self.set_adapters([path])
 
+    # llama-server's slot files (/slots/{id}?action=save|restore): onnxruntime-genai keeps no
+    # sequence state between requests, so there is nothing to save or restore (erase is a no-op).
+    def save_seq_file(self, seq: int, path: str, tokens: list[int]) -> int:
+        raise InvalidInput(f"slot save is not supported by ONNX generators such as model '{self.name}'", "action")
+
+    def load_seq_file(self, seq: int, path: str) -> tuple[int, list[int]]:
+        raise InvalidInput(f"slot restore is not supported by ONNX generators such as model '{self.name}'",
+                           "action")
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        return True
+
     def tokenize_multimodal(self, text: str, images: list[Image]) -> tuple[list[int], dict[int, Any]]:
         raise InvalidInput(f"model '{self.name}' cannot read images")
 
