@@ -43,8 +43,8 @@ class LaneBackend(Protocol):
     n_ctx_seq: int
 
     def start(self, prompt: list[int], sampler: Any, max_tokens: int) -> Any: ...
-    # one forward pass: ((lane, token or None, finish reason or None), rows of the pass)
-    def step(self) -> tuple[list[tuple[Any, int | None, str | None]], int]: ...
+    # one step: ((lane, token or None, finish reason or None), the rows of each forward pass)
+    def step(self) -> tuple[list[tuple[Any, int | None, str | None]], list[int]]: ...
     def stop(self, lane: Any) -> None: ...
     def close(self) -> None: ...  # on the worker thread, as it ends (the native engine is bound to it)
 
@@ -201,9 +201,9 @@ class GenaiScheduler:
         self._admit(now)
         if not self.active:
             return
-        events, rows = self.lanes.step()
+        events, passes = self.lanes.step()
         self.steps += 1
-        if rows:
+        for rows in passes:
             self.batch_sizes[rows] += 1
             self.stats.batch.observe(rows)
         now = time.perf_counter()

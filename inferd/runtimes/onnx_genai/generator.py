@@ -165,7 +165,7 @@ class OgaGenerator:
         tok = self._bos if self._bos is not None else 0
         lane = self.lanes.start([tok], Turn(SamplingParams(temperature=0.0)), 1)
         for _ in range(4):
-            events, _rows = self.lanes.step()
+            events, _passes = self.lanes.step()
             if any(fin is not None for ln, _t, fin in events if ln is lane):
                 break
         self.lanes.stop(lane)

@@ -4,9 +4,11 @@ advances every lane by a token.
 Batched lanes are requests of one `og.Engine`: every `Engine.run` is one forward pass over all
 its running requests. With a PagedAttention model (built for CUDA with `use_paged_attention`,
 `engine.dynamic_batching` in genai_config.json) the engine batches continuously: a request joins
-and leaves at any step. Without it (every CPU build) the engine batches statically: the requests
-waiting when a batch starts run together until the last of them finishes, and requests that
-arrive meanwhile form the next batch (micro-batches; docs/generators-onnx.md has numbers).
+and leaves at any step. Without it (every CPU build) an engine batches statically: the requests
+it holds when its batch starts run together until the last of them finishes. So requests that
+arrive meanwhile start at once in another engine (micro-batches side by side, up to
+`max_batches` engines, each step runs each engine once) instead of waiting for the running
+batch to end (docs/generators-onnx.md has numbers).
 
 Solo lanes are `og.Generator`s of batch size one, stepped in the same step. They exist for one
 case: a sampled request with a seed on a static engine, whose per-turn seed onnxruntime-genai
@@ -16,7 +18,7 @@ batch. Everything here runs on the scheduler's worker thread only."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,28 +55,48 @@ class Lane:
     turn_id: int = 0
     generator: Any = None
     done: bool = False
-    pending: list[int] = field(default_factory=list)
+
+
+class _Batch:
+    """One og.Engine and the lanes it runs. A static engine's batch is fixed by its first run:
+    until then (`open`) it takes new requests; then it runs until all of them finished."""
+
+    def __init__(self, og: Any, model: Any):
+        self.engine = og.Engine(model)
+        self.buffer = self.engine.create_event_buffer(256)
+        self.lanes: dict[int, Lane] = {}
+        self.started = False
 
 
 class Lanes:
-    """All running sequences of one model (og.Model shared by the engine and solo generators)."""
+    """All running sequences of one model (og.Model shared by the engines and solo generators).
 
-    def __init__(self, og: Any, model: Any, dynamic: bool, vocab: int):
+    Static engines: requests arriving while a batch runs start at once in another engine (up to
+    `max_batches`), rather than waiting for the running batch to end; each step runs every
+    engine once. Each batch's rows share its forward pass. A dynamic engine is one batch that
+    takes new requests at every step."""
+
+    def __init__(self, og: Any, model: Any, dynamic: bool, vocab: int, max_batches: int = 4):
         self.og, self.model, self.dynamic, self.vocab = og, model, dynamic, vocab
+        self.max_batches = 1 if dynamic else max(1, max_batches)
         # og.Engine answers only the thread that made it ("Engine operations must be called from
-        # the Engine owner thread"): it is made on first use, on the scheduler's worker thread,
-        # and closed there (close()).
-        self._engine: Any = None
-        self.buffer: Any = None
-        self._by_request: dict[int, Lane] = {}
+        # the Engine owner thread"): engines are made on first use, on the scheduler's worker
+        # thread, and closed there (close()).
+        self._batches: list[_Batch] = []
+        self._by_request: dict[int, tuple[Lane, _Batch]] = {}
         self._solo: list[Lane] = []
 
-    @property
-    def engine(self) -> Any:
-        if self._engine is None:
-            self._engine = self.og.Engine(self.model)
-            self.buffer = self._engine.create_event_buffer(256)
-        return self._engine
+    def _open_batch(self) -> _Batch:
+        for b in self._batches:
+            if self.dynamic or not b.started or not b.lanes:
+                if not b.lanes:
+                    b.started = False
+                return b
+        if len(self._batches) < self.max_batches:
+            self._batches.append(_Batch(self.og, self.model))
+            return self._batches[-1]
+        # every engine runs a batch: join the one with the fewest rows (it starts when that ends)
+        return min(self._batches, key=lambda b: len(b.lanes))
 
     # ---- start / stop --------------------------------------------------------------------
     def start(self, prompt: list[int], turn: Turn, max_tokens: int) -> Lane:
@@ -83,7 +105,8 @@ class Lanes:
         if turn.sampled and p.seed is not None and not self.dynamic:
             return self._start_solo(ids, turn, max_tokens)
         og = self.og
-        req = self.engine.create_request()
+        batch = self._open_batch()
+        req = batch.engine.create_request()
         opts = og.TurnOptions(req)
         opts.set_max_generated_tokens(max_tokens)
         opts.set_do_sample(turn.sampled)
@@ -105,7 +128,8 @@ class Lanes:
             req.close()
             raise InvalidInput(f"onnxruntime-genai refused the request: {e}") from e
         lane = Lane(request=req, turn_id=turn_id)
-        self._by_request[id(req)] = lane
+        self._by_request[id(req)] = (lane, batch)
+        batch.lanes[id(req)] = lane
         return lane
 
     def _start_solo(self, ids: np.ndarray, turn: Turn, max_tokens: int) -> Lane:
@@ -132,7 +156,9 @@ class Lanes:
     def stop(self, lane: Lane) -> None:
         """Free a lane (finished, cancelled, or ended by a stop string)."""
         if lane.request is not None:
-            self._by_request.pop(id(lane.request), None)
+            _lane, batch = self._by_request.pop(id(lane.request), (None, None))
+            if batch is not None:
+                batch.lanes.pop(id(lane.request), None)
             lane.request.close()
             lane.request = None
         elif lane.generator is not None:
@@ -142,43 +168,50 @@ class Lanes:
         lane.done = True
 
     # ---- one step -------------------------------------------------------------------------
-    def step(self) -> tuple[list[tuple[Lane, int | None, str | None]], int]:
+    def step(self) -> tuple[list[tuple[Lane, int | None, str | None]], list[int]]:
         """Advance every lane by one token: -> ((lane, token or None, finish reason or None)
-        in order, the rows of the engine's forward pass)."""
+        in order, the rows of each forward pass run)."""
         out: list[tuple[Lane, int | None, str | None]] = []
-        rows = 0
-        og = self.og
-        if self._by_request and self.engine.has_pending_requests():  # (the engine exists: a request does)
-            for ev in self.engine.run(self.buffer):
-                lane = self._by_request.get(id(ev.request))
+        passes: list[int] = []
+        flags_of = self.og.EngineEventFlags
+        for batch in self._batches:
+            if not batch.lanes or not batch.engine.has_pending_requests():
+                continue
+            batch.started = True
+            rows = 0
+            for ev in batch.engine.run(batch.buffer):
+                lane = batch.lanes.get(id(ev.request))
                 if lane is None:
                     continue
                 flags = ev.flags
-                if flags & og.EngineEventFlags.FAILED:
+                if flags & flags_of.FAILED:
                     raise RuntimeError(f"onnxruntime-genai engine failed: {ev.error_code.name}")
-                if flags & og.EngineEventFlags.TOKEN:
+                if flags & flags_of.TOKEN:
                     rows += 1
                     out.append((lane, int(ev.token), None))
-                if flags & og.EngineEventFlags.TURN_FINISHED:
+                if flags & flags_of.TURN_FINISHED:
                     out.append((lane, None, FINISH.get(ev.finish_reason.name, "stop")))
+            if rows:
+                passes.append(rows)
         for lane in list(self._solo):
             gen = lane.generator
             if gen.is_done():
                 out.append((lane, None, "stop"))
                 continue
             gen.generate_next_token()
+            passes.append(1)
             tok = int(gen.get_next_tokens()[0])
             out.append((lane, tok, None))
             if gen.is_done():  # EOS (its token is reported; the scheduler ends on it) or max_length
                 out.append((lane, None, "length"))
-        return out, rows
+        return out, passes
 
     @property
     def running(self) -> int:
         return len(self._by_request) + len(self._solo)
 
     def close(self) -> None:
-        """On the worker thread, as it ends: the requests, then the engine."""
-        for lane in list(self._by_request.values()) + list(self._solo):
+        """On the worker thread, as it ends: the requests, then the engines."""
+        for lane in [ln for ln, _b in self._by_request.values()] + list(self._solo):
             self.stop(lane)
-        self._engine = self.buffer = None
+        self._batches.clear()
