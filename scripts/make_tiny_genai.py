@@ -70,7 +70,7 @@ def main(out: Path, seed: int = 0) -> None:
         tok = make_tokenizer(hf)
         n_vocab = len(tok)
         cfg = LlamaConfig(vocab_size=n_vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                           rms_norm_eps=1e-5, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                           pad_token_id=tok.eos_token_id, tie_word_embeddings=False, torch_dtype="float32")
         model = LlamaForCausalLM(cfg).eval()

@@ -144,7 +144,7 @@ def test_required_tool_call_is_constrained_and_parsed(oai):
         "type": "object", "properties": {"mode": {"enum": ["on", "off"]}}, "required": ["mode"],
         "additionalProperties": False}}}
     r = oai.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hello world"}],
-                                    max_tokens=60, temperature=0, tools=[tool], tool_choice="required")
+                                    max_tokens=200, temperature=0, tools=[tool], tool_choice="required")
     calls = r.choices[0].message.tool_calls
     assert calls and calls[0].function.name == "set_mode"
     assert json.loads(calls[0].function.arguments)["mode"] in ("on", "off")
@@ -165,14 +165,25 @@ def test_ollama_and_antfly_faces_generate(srv):
     case = REF["cases"][0]
     r = httpx.post(srv.url + "/api/generate", json={"model": NAME, "prompt": case["prompt"], "raw": True,
                                                      "stream": False,
-                                                     "options": {"temperature": 0, "num_predict": 24}}, timeout=30)
+                                                     "options": {"temperature": 0, "num_predict": 24, "repeat_penalty": 1.0}},
+                   timeout=30)
     assert r.status_code == 200, r.text
     want = complete(srv, case["prompt"])["content"]
     assert r.json()["response"] == want and r.json()["eval_count"] == 24
+    # Ollama's default repeat_penalty (1.1) reaches onnxruntime-genai: another text
+    r = httpx.post(srv.url + "/api/generate", json={"model": NAME, "prompt": case["prompt"], "raw": True,
+                                                     "stream": False, "options": {"temperature": 0, "num_predict": 24}},
+                   timeout=30)
+    assert r.status_code == 200 and r.json()["response"] != want, r.text
     r = httpx.post(srv.url + "/api/chat", json={"model": NAME, "messages": [{"role": "user", "content": "hi"}],
                                                  "stream": False, "options": {"temperature": 0, "num_predict": 8}},
                    timeout=30)
     assert r.status_code == 200 and r.json()["done"] is True, r.text
-    r = httpx.post(srv.url + "/ai/v1/generate", json={"model": NAME, "prompt": case["prompt"], "max_tokens": 24,
+    msgs = [{"role": "user", "content": "hello world"}]
+    r = httpx.post(srv.url + "/ai/v1/generate", json={"model": NAME, "messages": msgs, "max_tokens": 16,
                                                        "temperature": 0}, timeout=30)
     assert r.status_code == 200, r.text
+    body = {"model": NAME, "messages": msgs, "max_tokens": 16, "temperature": 0}
+    chat = httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=30).json()
+    # the same engine behind both faces
+    assert r.json()["choices"][0]["message"]["content"] == chat["choices"][0]["message"]["content"]
