@@ -37,12 +37,9 @@ log = logging.getLogger("inferd.genai")
 
 class LaneBackend(Protocol):
     """What runtimes/onnx_genai gives the scheduler: lanes (running sequences) it starts, steps
-    and stops, and per-sequence token decoding."""
+    and stops (the runtime decodes their tokens: GenaiRuntime)."""
 
-    n_seq: int
-    n_ctx_seq: int
-
-    def start(self, prompt: list[int], sampler: Any, max_tokens: int) -> Any: ...
+    def start(self, prompt: list[int], turn: Any, max_tokens: int) -> Any: ...
     # one step: ((lane, token or None, finish reason or None), the rows of each forward pass)
     def step(self) -> tuple[list[tuple[Any, int | None, str | None]], list[int]]: ...
     def stop(self, lane: Any) -> None: ...
@@ -52,7 +49,9 @@ class LaneBackend(Protocol):
 class GenaiRuntime(Protocol):
     n_seq: int
     n_ctx_seq: int
-    lanes: LaneBackend
+
+    @property
+    def lanes(self) -> LaneBackend: ...
 
     def piece_decoder(self) -> Callable[[int], bytes]: ...
     def is_eog(self, token: int) -> bool: ...

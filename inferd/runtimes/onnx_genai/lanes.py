@@ -137,7 +137,7 @@ class Lanes:
         gp = self.og.GeneratorParams(self.model)
         opts: dict[str, Any] = {"max_length": len(ids) + max_tokens, "do_sample": True,
                                 "temperature": p.temperature, "top_k": p.top_k if p.top_k > 0 else self.vocab,
-                                "top_p": min(1.0, max(0.0, p.top_p)), "random_seed": p.seed & 0x7FFFFFFF,
+                                "top_p": min(1.0, max(0.0, p.top_p)), "random_seed": int(p.seed or 0) & 0x7FFFFFFF,
                                 "repetition_penalty": p.repetition_penalty}
         if p.ignore_eos:
             opts["min_length"] = len(ids) + max_tokens
