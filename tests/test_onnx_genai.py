@@ -187,3 +187,20 @@ def test_ollama_and_antfly_faces_generate(srv):
     chat = httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=30).json()
     # the same engine behind both faces
     assert r.json()["choices"][0]["message"]["content"] == chat["choices"][0]["message"]["content"]
+
+
+def test_raw_gbnf_grammar_is_enforced(srv):
+    for seed in (1, 2, 3):
+        out = complete(srv, "hello", grammar='root ::= ("yes" | "no") "!"', temperature=1.0, top_k=0, min_p=0.0,
+                       seed=seed)
+        assert out["content"] in ("yes!", "no!"), out["content"]
+
+
+def test_an_onnx_folder_without_genai_config_is_a_501_naming_the_layout(tmp_path):
+    d = tmp_path / "generators" / "plain"
+    d.mkdir(parents=True)
+    (d / "model.onnx").write_bytes(b"")
+    with serve(models_dir=str(tmp_path)) as s:
+        r = httpx.post(s.url + "/v1/chat/completions", json={"model": "plain", "messages": [
+            {"role": "user", "content": "hi"}]}, timeout=30)
+    assert_envelope("openai", r, 501, "genai_config.json")

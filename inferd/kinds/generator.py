@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from inferd.errors import ModelLoadFailed
+from inferd.errors import ModelLoadFailed, NotImplementedYet
 from inferd.kinds.spec import KindSpec, folder_of
 from inferd.models import ModelKind, ModelSpec
 
@@ -57,7 +57,7 @@ def load_onnx(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
     from inferd.service.handles import GeneratorHandle
 
     if spec.path is None or not is_genai_folder(spec.path):
-        raise ModelLoadFailed(f"model '{spec.name}': an ONNX generator is a folder in onnxruntime-genai's layout "
+        raise NotImplementedYet(f"model '{spec.name}': an ONNX generator is a folder in onnxruntime-genai's layout "
                               "(genai_config.json, model.onnx, tokenizer.json); "
                               f"{spec.path} has no genai_config.json")
     rt = load_genai(spec, opts, gbnf_to_lark)

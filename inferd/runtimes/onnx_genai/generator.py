@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import InvalidInput, ModelLoadFailed
+from inferd.errors import InvalidInput, ModelLoadFailed, NotImplementedYet
 from inferd.models import ModelSpec
 from inferd.runtimes.onnx_genai.lanes import Lanes, Turn
 from inferd.runtimes.onnx_genai.pieces import TokenBytes
@@ -58,7 +58,7 @@ class OgaGenerator:
             import onnxruntime_genai as og
             from tokenizers import Tokenizer
         except ImportError as e:
-            raise ModelLoadFailed(f"model '{spec.name}': ONNX generators need onnxruntime-genai "
+            raise NotImplementedYet(f"model '{spec.name}': ONNX generators need onnxruntime-genai "
                                   "(pip install -e '.[genai]')") from e
         assert spec.path is not None
         self.name, self.path, self.og = spec.name, spec.path, og
@@ -68,7 +68,8 @@ class OgaGenerator:
             cfg = json.loads((folder / CONFIG).read_text())
             tok_file = folder / "tokenizer.json"
             if not tok_file.is_file():
-                raise ModelLoadFailed(f"model '{spec.name}': {folder} has no tokenizer.json")
+                raise NotImplementedYet(f"model '{spec.name}': {folder} has no tokenizer.json (inferd reads "
+                                        "the Hugging Face tokenizer of an ONNX generator)")
             self.tok = Tokenizer.from_file(str(tok_file))
             self.tok_plain = Tokenizer.from_file(str(tok_file))  # special tokens read as text
             self.tok_plain.encode_special_tokens = True
