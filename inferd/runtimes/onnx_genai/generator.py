@@ -98,13 +98,12 @@ class OgaGenerator:
         try:
             config = og.Config(str(folder))
             overlay: dict[str, Any] = {"search": {"max_length": self.n_ctx_seq}}
-            if not self.dynamic:  # a static engine: its batch is the server's slots (--parallel)
-                overlay["engine"] = {"static_batching": {"max_batch_size": max(1, opts.parallel)}}
             if opts.threads:
                 overlay["model"] = {"decoder": {"session_options": {"intra_op_num_threads": opts.threads}}}
             config.overlay(json.dumps(overlay))
             self.model = og.Model(config)
-            self.lanes = Lanes(og, self.model, self.dynamic, self._vocab)
+            # static engines: enough of them that each of the --parallel slots can start at once
+            self.lanes = Lanes(og, self.model, self.dynamic, self._vocab, max_batches=max(1, opts.parallel))
         except RuntimeError as e:
             raise ModelLoadFailed(f"model '{spec.name}': onnxruntime-genai cannot load {folder}: {e}") from e
         # the engine's batch: the static one set above, or the model's dynamic_batching limit

@@ -57,6 +57,11 @@ class Lane:
     done: bool = False
 
 
+# onnxruntime-genai's static scheduler batches at most 4 requests per forward pass, whatever
+# engine.static_batching.max_batch_size says (src/engine/scheduler.cpp: static_batch_size = 4)
+STATIC_ROWS = 4
+
+
 class _Batch:
     """One og.Engine and the lanes it runs. A static engine's batch is fixed by its first run:
     until then (`open`) it takes new requests; then it runs until all of them finished."""
@@ -71,10 +76,10 @@ class _Batch:
 class Lanes:
     """All running sequences of one model (og.Model shared by the engines and solo generators).
 
-    Static engines: requests arriving while a batch runs start at once in another engine (up to
-    `max_batches`), rather than waiting for the running batch to end; each step runs every
-    engine once. Each batch's rows share its forward pass. A dynamic engine is one batch that
-    takes new requests at every step."""
+    Static engines: a batch holds up to STATIC_ROWS requests; more, or requests arriving while
+    a batch runs, start at once in another engine (up to `max_batches`) rather than waiting for
+    a running batch to end; each step runs every engine once, and each batch's rows share its
+    forward pass. A dynamic engine is one batch that takes new requests at every step."""
 
     def __init__(self, og: Any, model: Any, dynamic: bool, vocab: int, max_batches: int = 4):
         self.og, self.model, self.dynamic, self.vocab = og, model, dynamic, vocab
@@ -88,9 +93,9 @@ class Lanes:
 
     def _open_batch(self) -> _Batch:
         for b in self._batches:
-            if self.dynamic or not b.started or not b.lanes:
-                if not b.lanes:
-                    b.started = False
+            if not b.lanes:
+                b.started = False
+            if self.dynamic or (not b.started and len(b.lanes) < STATIC_ROWS):
                 return b
         if len(self._batches) < self.max_batches:
             self._batches.append(_Batch(self.og, self.model))
