@@ -125,6 +125,31 @@ def test_concurrent_requests_share_decode_steps(srv):
     assert f'model="{NAME}"' in metrics
 
 
+def test_more_requests_than_a_static_batch_run_side_by_side(tmp_path):
+    """onnxruntime-genai's static engine carries at most 4 rows: 6 requests at once run as a
+    batch of 4 and a batch of 2 in a second engine, in the same steps, each equal to its solo result."""
+    models = tmp_path / "models"
+    shutil.copytree(FIXTURE, models / "generators" / NAME)
+    cases = REF["cases"] + REF["cases"][:2]
+    with serve(models_dir=str(models), parallel=8, threads=1) as s:
+        complete(s, "a")
+        h = handle(s)
+        gate = threading.Event()
+        held = h.scheduler.call_when_idle(lambda: gate.wait(30), reset_cache=False)
+        with ThreadPoolExecutor(len(cases)) as pool:
+            futs = [pool.submit(complete, s, c["prompt_ids"]) for c in cases]
+            for _ in range(50):
+                if h.scheduler.queued >= len(cases):
+                    break
+                threading.Event().wait(0.1)
+            gate.set()
+            outs = [f.result() for f in futs]
+        held.result(5)
+        assert [o["tokens"] for o in outs] == [c["generated"] for c in cases]
+        assert h.scheduler.batch_sizes[4] >= REF["max_new_tokens"] and h.scheduler.batch_sizes[2] >= REF["max_new_tokens"]
+        assert len(h.runtime.lanes._batches) == 2
+
+
 def test_json_schema_output_is_constrained(oai):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}, "color": {"enum": ["red", "green"]},
                                                "ok": {"type": "boolean"}},
