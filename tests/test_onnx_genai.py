@@ -123,6 +123,10 @@ def test_concurrent_requests_share_decode_steps(srv):
     assert max(grown) == len(REF["cases"]), grown
     metrics = httpx.get(srv.url + "/metrics").text
     assert f'model="{NAME}"' in metrics
+    load = httpx.get(srv.url + "/load").json()["models"][NAME]
+    assert load["slots"] == 4 and load["running"] == 0
+    props = httpx.get(srv.url + "/props", params={"model": NAME})
+    assert props.status_code == 200 and props.json()["total_slots"] == 4, props.text
 
 
 def test_more_requests_than_a_static_batch_run_side_by_side(tmp_path):
