@@ -15,10 +15,8 @@ import httpx
 import openai
 import pytest
 
-pytest.importorskip("onnxruntime_genai")
-
-from tests.server import serve  # noqa: E402
-from tests.test_http_foundation import assert_envelope  # noqa: E402
+from tests.server import serve
+from tests.test_http_foundation import assert_envelope
 
 FIXTURE = "tests/fixtures/genai/tiny-llama"
 REF = json.loads(open(f"{FIXTURE}/reference.json").read())
