@@ -10,7 +10,8 @@ tokens must equal plain decoding's exactly):
 - the pool across requests: a second request repeating the first's output, on a prompt too
   short for prompt lookup, gets its drafts from the pool, accepted, with the plain text; a
   `prompt_cache: false` request writes nothing into it;
-- over HTTP with no speculation field: the Antfly `speculation` report and /v1's `timings`."""
+- over HTTP with no speculation field: the Antfly `speculation` report and /v1's `timings`;
+  a sampled request does not draft by default ("sampled")."""
 
 import random
 from pathlib import Path
@@ -208,6 +209,8 @@ def test_default_requests_report_auto_speculation(srv):
     assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
     sp = again["speculation"]
     assert sp["decision"] == "enabled" and sp["pool_accepted_tokens"] == sp["accepted_tokens"] > 0
+    sampled = post(srv, "/ai/v1/generate", short, temperature=1.0, seed=3)["speculation"]
+    assert (sampled["decision"], sampled["disabled_reason"], sampled["drafted_tokens"]) == ("disabled", "sampled", 0)
 
 
 def test_no_spec_auto_turns_the_default_off(tmp_path):
