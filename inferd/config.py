@@ -201,6 +201,12 @@ class Settings(BaseSettings):
                                group="generation")
     cache_ram: int = option(D.CACHE_RAM_MIB, "host-RAM prompt cache per generator in MiB: evicted sequences' KV states, LRU "
                             "(0 = off)", metavar="MIB", ge=0, group="generation")
+    spec_auto: bool = option(D.SPEC_AUTO, "speculation_policy auto (the default) drafts with n-gram lookup when a "
+                             "greedy request names no draft model: the shared pool always, the prompt when it has "
+                             "64 tokens or more; backs off when drafts are rejected", group="generation")
+    spec_pool_entries: int = option(D.SPEC_POOL_ENTRIES, "slots of the n-gram pool a generator shares across its "
+                                    "slots and requests (12 bytes each, allocated on first use; newer n-grams "
+                                    "overwrite older ones; 0 = no pool)", metavar="N", ge=0, group="generation")
     reasoning_budget: int = option(-1, "tokens of thinking a request may use when it names no budget or effort; "
                                    "at N the end-of-thinking marker is written and the answer follows "
                                    "(-1 = unbounded; 0 = no thinking)", metavar="N", ge=-1, group="generation")

@@ -19,6 +19,8 @@ MAX_BATCH_TOKENS = 8192      # token budget of one encoder batch
 MAX_BATCH_SIZE = 512         # inputs per encoder forward pass
 PREFER_QUANTIZED = True      # ONNX: the int8 graph when a folder has both
 MMPROJ_N_THREADS: int | None = None  # vision projector threads (None: `threads`)
+SPEC_AUTO = True             # speculation_policy auto drafts with n-gram lookup when nothing is named
+SPEC_POOL_ENTRIES = 1 << 19  # slots of a generator's shared n-gram pool (12 bytes each; 0: no pool)
 MMPROJ_GPU = True            # projector on the GPU when layers are offloaded
 
 

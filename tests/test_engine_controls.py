@@ -134,9 +134,9 @@ def test_cache_compaction_ratio_shifts_the_context_and_goes_on(srv):
 
 @pytest.mark.parametrize("draft", ["ngram", "tiny-draft"])
 def test_speculation_same_output_reported_and_counted(srv, draft):
-    plain = ok(gen(srv, max_tokens=40, ignore_eos=True, prompt_cache=False))
+    plain = ok(gen(srv, max_tokens=40, ignore_eos=True, prompt_cache=False, speculation_policy="off"))
     assert plain["speculation"] == {**plain["speculation"], "decision": "disabled",
-                                    "disabled_reason": "no_draft_model", "policy": "auto"}
+                                    "disabled_reason": "policy_off", "policy": "off"}
     m0 = parse_metrics(httpx.get(srv.url + "/metrics").text)
     spec = ok(gen(srv, max_tokens=40, ignore_eos=True, prompt_cache=False, draft_model=draft,
                   speculation_policy="on", speculative_k=4, path="/ai/v1/chat/completions"))

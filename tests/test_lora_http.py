@@ -85,6 +85,7 @@ def test_switch_waits_for_active_requests_and_holds_later_ones(srv):
     unset_lora(srv, model="tiny")
     rt = srv.service.registry.loaded["tiny"].model
     restore = slow_decode(rt, 0.05)  # ~1 s for the 20 tokens below
+    rt.scheduler.auto_ngram = False  # one decode step per token: no default drafting from the pool
     got: dict = {}
     try:
         def run(key, fn):
@@ -106,6 +107,7 @@ def test_switch_waits_for_active_requests_and_holds_later_ones(srv):
             t.join(30)
     finally:
         restore()
+        rt.scheduler.auto_ngram = True
         unset_lora(srv, model="tiny")
     assert got["switch"].status_code == 200
     assert got["first"] == base  # finished on the base weights, untouched mid-way

@@ -37,7 +37,7 @@ def load(spec: ModelSpec, opts: RuntimeOptions) -> GeneratorHandle:
             backend.close()
             raise ModelLoadFailed(f"model '{spec.name}': cannot use --cache-dir {opts.cache_dir}: {e}") from e
     engine = GenerationEngine(backend, name=spec.name, max_waiting=opts.max_waiting, host_cache_bytes=opts.cache_ram,
-                              disk_cache=disk)
+                              disk_cache=disk, ngram_pool=opts.spec_pool_entries, auto_ngram=opts.spec_auto)
     handle = GeneratorHandle(backend, engine, make_draft=functools.partial(_draft, backend, opts))
     try:
         handle.warm_up()

@@ -36,3 +36,5 @@ class RuntimeOptions:
     mmproj_gpu: bool = D.MMPROJ_GPU   # projector on the GPU when layers are offloaded
     cache_dir: str | None = None                 # generator: folder of the disk prompt cache (None: off)
     cache_disk_size: int = D.CACHE_DISK_SIZE  # bytes that folder may hold (all models together)
+    spec_auto: bool = D.SPEC_AUTO     # generator: speculation_policy auto drafts n-grams when nothing is named
+    spec_pool_entries: int = D.SPEC_POOL_ENTRIES  # generator: slots of the shared n-gram pool (0: none)

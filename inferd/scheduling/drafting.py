@@ -15,11 +15,13 @@ def add_drafts(backend: Backend, entries: list[tuple[int, list[int], int, bool]]
     """Append each speculating sequence's draft to its decode entry (want = 1 + draft tokens),
     within the decode's token budget, the context and the request's max_tokens."""
     n_ctx, budget = backend.n_ctx_seq, backend.n_batch - len(entries)
-    by_drafter: dict[int, tuple[Any, list[tuple[int, list[int], int]], list[int]]] = {}
+    by_drafter: dict[int, tuple[Any, list[tuple[int, list[int], int, Any]], list[int]]] = {}
     for i, job in enumerate(jobs):
         sp = job.speculation
         if sp is None or budget <= 0:
             continue
+        if sp.grounded is None:
+            sp.begin(len(job.prompt), job.prompt_cache)
         if job.forced or (job.thinking is not None and job.thinking.bounding):
             continue  # a reasoning budget may cut the block at any token: no draft runs past it
         if job.media and sp.drafter is not None and sp.drafter.text_only:
@@ -30,7 +32,7 @@ def add_drafts(backend: Backend, entries: list[tuple[int, list[int], int, bool]]
             continue
         budget -= k
         _d, asks, idx = by_drafter.setdefault(id(sp.drafter), (sp.drafter, [], []))
-        asks.append((entries[i][0], job.prompt + job.generated, k))
+        asks.append((entries[i][0], job.prompt + job.generated, k, sp))
         idx.append(i)
     for drafter, asks, idx in by_drafter.values():
         for i, draft in zip(idx, drafter.propose(asks)):
@@ -59,3 +61,13 @@ def verify_drafts(backend: Backend, sampler: Any, toks: list[int], base: int
             break
         accepted += 1
     return sampled, accepted, None
+
+
+def remember(ngram: Any, job: Job) -> None:
+    """A finished job's prompt and answer go into the engine's n-gram pool (what its drafts
+    did not already write), unless it asked to leave nothing behind (`prompt_cache: false`)."""
+    if not job.prompt_cache or ngram.pool is None:
+        return
+    sp = job.speculation
+    start = sp.pooled if sp is not None and sp.drafter is ngram else 0
+    ngram.remember(job.prompt + job.generated, start)

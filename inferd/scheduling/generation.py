@@ -49,12 +49,14 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+import inferd.defaults as D
 from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, Overloaded, copy_error
 from inferd.observability.stats import GenStats
 from inferd.scheduling.disk_cache import DiskCache
 from inferd.scheduling.idle_calls import IdleCalls
 from inferd.scheduling.lora_slices import AdapterSlices
-from inferd.scheduling.drafting import add_drafts, verify_drafts
+from inferd.scheduling.drafting import add_drafts, remember, verify_drafts
+from inferd.scheduling.ngram import NgramDrafter, NgramPool
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.state_tiers import StateTiers
@@ -76,7 +78,8 @@ class GenerationEngine:
     Overloaded (503 + retry_after_ms), so no request can grow the queue without bound."""
 
     def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0,
-                 disk_cache: DiskCache | None = None):
+                 disk_cache: DiskCache | None = None, ngram_pool: int = D.SPEC_POOL_ENTRIES,
+                 auto_ngram: bool = D.SPEC_AUTO):
         self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
         # --cache-ram and --cache-dir: the prompt-cache tiers behind the slots (state_tiers.py)
         self.tiers = StateTiers(backend, host_cache_bytes, disk_cache)
@@ -96,6 +99,10 @@ class GenerationEngine:
         self.lora_slices = AdapterSlices()
         self.stats = GenStats()  # replaced by the observer's per-model object once loaded (/metrics)
         self.drafters = Drafters()  # draft models of this engine (speculation.py), worker thread only
+        # n-gram drafting with the pool this engine's slots share (ngram.py); `auto_ngram`: what
+        # speculation_policy auto drafts with when a request names no draft model
+        self.ngram = NgramDrafter(NgramPool(ngram_pool) if ngram_pool > 0 else None)
+        self.auto_ngram = auto_ngram
         self._thread = threading.Thread(target=self._run, name=f"gen:{name}", daemon=True)
         self._thread.start()
 
@@ -552,6 +559,8 @@ class GenerationEngine:
                     job.speculation.drafter.forget(slot.id)
             elif reason in ("stop", "length") and len(job.group) == 1:
                 self.tiers.checkpoint(job, slot)
+            if reason in ("stop", "length"):
+                remember(self.ngram, job)  # later requests that repeat this one draft from it
         try:
             job.sampler.close()
         except Exception:

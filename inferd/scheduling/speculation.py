@@ -10,80 +10,53 @@ in the same order), so speculation changes speed, never output. Rejected drafts 
 KV cache with `seq_rm` (target here, draft-model cache by prefix comparison next step).
 
 Two drafters:
-- NgramDrafter (`draft_model: "ngram"`): prompt lookup, llama-server's ngram mode. The last
-  n tokens of the context are looked up earlier in the context, and what followed them there
-  is the draft. Free, and good where the output copies the input (rewriting, extraction, code edits).
+- NgramDrafter (ngram.py; `draft_model: "ngram"`, and what `auto` drafts with when nothing is
+  named): the engine's shared n-gram pool (what any request of this model wrote, this one's
+  context included), then prompt lookup, llama-server's ngram mode: the last n tokens of the
+  context are looked up earlier in the context, and what followed them there is the draft.
+  Free, and good where the output copies the input (rewriting, extraction, code edits, RAG).
 - DraftModelDrafter: a smaller generator with the same vocabulary, its own KV cache (one
   sequence per target slot), greedy proposals, k decodes of all sequences together.
 
-Policy per request: `off`; `on` (always, when a drafter is named); `auto` (speculate while at
-most AUTO_MAX_BATCH sequences decode, and stop for the request once its measured acceptance
-falls below AUTO_MIN_ACCEPT). Calibration `online` moves k with the acceptance rate."""
+Policy per request: `off`; `on` (always, when a drafter is named); `auto` (the default):
+speculate while at most AUTO_MAX_BATCH sequences decode; after a draft the target rejected
+outright, skip the next 1, 2, 4, ... steps (a full acceptance resets that); stop for the request
+once its acceptance falls below AUTO_MIN_ACCEPT. With no draft model named, `auto` drafts with
+the n-gram drafter (`implicit`): prompt lookup only on a prompt of AUTO_GROUNDED_PROMPT tokens
+or more (a passage to rewrite, code to edit, documents to answer from; a short open prompt
+gives nothing to copy), the pool always (its long keys match only real repeats), k adapting to
+what is accepted. Calibration `online` moves k with the acceptance rate."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from inferd.scheduling.ngram import NGRAM, NgramDrafter, ngram_lookup
 
+__all__ = ["NGRAM", "NgramDrafter", "ngram_lookup", "Speculation", "DraftModelDrafter", "Drafters"]
 
 log = logging.getLogger("inferd.speculation")
 
 DEFAULT_K = 4
+AUTO_NGRAM_K = 8          # implicit auto's first k: a copied passage runs long, and k adapts
 MAX_K = 16
 AUTO_MAX_BATCH = 4        # above this many decoding sequences the decode is compute-bound: drafts cost
 AUTO_MIN_ACCEPT = 0.3     # accepted / drafted below this (after AUTO_WARMUP drafts): stop drafting
 AUTO_WARMUP = 16
-NGRAM_MAX, NGRAM_MIN = 4, 2
+AUTO_MAX_BACKOFF = 32     # steps auto skips at most after a rejected draft
+AUTO_GROUNDED_PROMPT = 64  # prompt tokens from which implicit auto looks drafts up in the prompt
+AUTO_NGRAM_MIN = 3        # implicit auto's shortest prompt-lookup match (2-grams recur in any text)
 
 
 class Drafter(Protocol):
-    def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
-        """For each (seq, context tokens, k): up to k proposed next tokens. Worker thread only."""
+    def propose(self, asks: list[tuple[int, list[int], int, Speculation]]) -> list[list[int]]:
+        """For each (seq, context tokens, k, the request's Speculation): up to k proposed next
+        tokens. Worker thread only."""
         ...
-
-
-def ngram_lookup(ctx: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> list[int]:
-    """The k tokens that followed the latest earlier occurrence of the context's last n tokens
-    (longest n first); [] when none recurs."""
-    size = len(ctx)
-    for n in range(min(n_max, size - 1), n_min - 1, -1):
-        tail = ctx[size - n:]
-        first = tail[0]
-        i = size - n - 1
-        while i >= 0:
-            if ctx[i] == first and ctx[i:i + n] == tail:
-                return ctx[i + n:i + n + k]
-            i -= 1
-    return []
-
-
-def _text_only(draft: list[int]) -> list[int]:
-    """Up to the first image placeholder (negative ids: see generation.py): never a draft token."""
-    for i, t in enumerate(draft):
-        if t < 0:
-            return draft[:i]
-    return draft
-
-
-class NgramDrafter:
-    name = "ngram"
-    text_only = False    # works on prompts with images (placeholders are never drafted)
-
-    def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
-        return [_text_only(ngram_lookup(ctx, k)) for _seq, ctx, k in asks]
-
-    def forget(self, seq: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-NGRAM = NgramDrafter()
 
 
 class DraftBackend(Protocol):
@@ -108,9 +81,9 @@ class DraftModelDrafter:
         self.name, self.backend = name, backend
         self.cache: dict[int, list[int]] = {}
 
-    def propose(self, asks: list[tuple[int, list[int], int]]) -> list[list[int]]:
+    def propose(self, asks: list[tuple[int, list[int], int, Speculation]]) -> list[list[int]]:
         try:
-            return self._propose(asks)
+            return self._propose([(seq, ctx, k) for seq, ctx, k, _sp in asks])
         except BaseException:  # a failed draft decode: its cache no longer matches our lists
             self.cache.clear()
             self.backend.clear()
@@ -216,17 +189,39 @@ class Speculation:
     policy: str = "auto"
     calibration: str = "none"
     k: int = DEFAULT_K
+    implicit: bool = False        # auto chose the n-gram drafter: nothing was named
     disabled_reason: str | None = None
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
     skipped_batch: int = 0        # steps where auto held back because the batch was large
+    pool_drafted: int = 0         # of drafted/accepted: what the shared pool proposed
+    pool_accepted: int = 0
+    # drafting state (not copied by dataclasses.replace: each choice of n > 1 drafts on its own)
+    lookup: bool = field(default=True, init=False)      # prompt lookup allowed (implicit: grounded prompt)
+    grounded: bool | None = field(default=None, init=False)
+    share: bool = field(default=True, init=False)       # this request's tokens may go into the pool
+    pooled: int = field(default=0, init=False)          # its tokens before this are in the pool
+    index: Any = field(default=None, init=False)        # ngram.ContextIndex, built on first lookup
+    ngram_min: int = field(default=2, init=False)
+    source: str = field(default="", init=False)         # where the last draft came from: pool | prompt
+    backoff: int = field(default=0, init=False)
+    cooldown: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.policy == "off":
             self.disabled_reason = "policy_off"
         elif self.drafter is None:
             self.disabled_reason = "no_draft_model"
+        if self.implicit:
+            self.ngram_min = AUTO_NGRAM_MIN
+
+    def begin(self, prompt_tokens: int, share: bool) -> None:
+        """On the request's first decode step: whether its prompt grounds prompt lookup, and
+        whether its tokens may be shared (not when it asked to leave nothing behind)."""
+        self.grounded = prompt_tokens >= AUTO_GROUNDED_PROMPT
+        self.lookup = self.grounded or not self.implicit
+        self.share = share
 
     def want(self, n_decoding: int) -> int:
         """Draft tokens to ask for this step (0: none)."""
@@ -236,27 +231,43 @@ class Speculation:
             if n_decoding > AUTO_MAX_BATCH:
                 self.skipped_batch += 1
                 return 0
+            if self.cooldown > 0:
+                self.cooldown -= 1
+                return 0
         return self.k
 
     def record(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
         self.accepted += accepted
         self.steps += 1
-        if self.calibration == "online" and drafted:
+        if self.source == "pool":
+            self.pool_drafted += drafted
+            self.pool_accepted += accepted
+        if drafted and (self.calibration == "online" or self.implicit):
             if accepted == drafted:
-                self.k = min(MAX_K, self.k + 1)
+                self.k = min(MAX_K, self.k + (2 if self.implicit else 1))
             elif accepted * 2 < drafted:
-                self.k = max(1, self.k - 1)
-        if (self.policy == "auto" and self.drafted >= AUTO_WARMUP
-                and self.accepted < AUTO_MIN_ACCEPT * self.drafted):
+                self.k = max(2 if self.implicit else 1, self.k // 2 if self.implicit else self.k - 1)
+        if self.policy != "auto" or not drafted:
+            return
+        if accepted == 0:  # a wasted verify: wait longer before the next try
+            self.backoff = min(AUTO_MAX_BACKOFF, self.backoff * 2 or 1)
+            self.cooldown = self.backoff
+        elif accepted == drafted:
+            self.backoff = 0
+        if self.drafted >= AUTO_WARMUP and self.accepted < AUTO_MIN_ACCEPT * self.drafted:
             self.disabled_reason = "low_acceptance"
 
     def report(self) -> dict[str, Any]:
         reason = self.disabled_reason
-        if reason is None and self.drafted == 0 and self.skipped_batch:
-            reason = "batch_too_large"
+        if reason is None and self.drafted == 0:
+            if self.skipped_batch:
+                reason = "batch_too_large"
+            elif self.implicit and self.grounded is False:
+                reason = "ungrounded"   # a short open prompt, and nothing in the pool matched
         enabled = reason is None
         return {"policy": self.policy, "calibration": self.calibration,
                 "decision": "enabled" if enabled else "disabled", "disabled_reason": reason,
                 "draft_model": getattr(self.drafter, "name", None), "speculative_k": self.k,
-                "drafted_tokens": self.drafted, "accepted_tokens": self.accepted}
+                "drafted_tokens": self.drafted, "accepted_tokens": self.accepted,
+                "pool_drafted_tokens": self.pool_drafted, "pool_accepted_tokens": self.pool_accepted}

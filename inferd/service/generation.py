@@ -370,6 +370,8 @@ class GenerationService:
             check_controls(ctl, spec, handle)
             stream.speculation = (await asyncio.to_thread(plan_speculation, ctl, spec, handle, self.catalog)
                                   if loads_a_draft(ctl, spec) else plan_speculation(ctl, spec, handle, self.catalog))
+            if stream.speculation.implicit and not req.sampling.greedy:
+                stream.speculation.disabled_reason = "sampled"  # by default only greedy requests draft
             sp = stream.speculation if stream.speculation.disabled_reason is None else None
             p = await self.prep.run(prepare, handle.runtime, req, images, self.reasoning_budget)
             stream.prompt_tokens, stream.output = p.prompt, p.output

@@ -33,6 +33,7 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
                           mmproj_threads=settings.mmproj_n_threads, mmproj_gpu=settings.mmproj_gpu,
                           cache_dir=str(settings.cache_dir) if settings.cache_dir else None,
                           cache_disk_size=settings.cache_disk_size,
+                          spec_auto=settings.spec_auto, spec_pool_entries=settings.spec_pool_entries,
                           max_waiting=engine_queue(settings.max_queued_requests, settings.parallel))
 
 

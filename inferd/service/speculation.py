@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from inferd.errors import InferdError, InvalidInput
 from inferd.models import ModelKind, ModelSpec
-from inferd.scheduling.speculation import DEFAULT_K, NGRAM, Speculation
+from inferd.scheduling.speculation import AUTO_NGRAM_K, DEFAULT_K, NGRAM, Speculation
 from inferd.service.core import Catalog
 from inferd.service.handles import GeneratorHandle
 from inferd.types import EngineControls
@@ -30,17 +30,23 @@ def loads_a_draft(ctl: EngineControls, spec: ModelSpec) -> bool:
 
 
 def plan_speculation(ctl: EngineControls, spec: ModelSpec, handle: GeneratorHandle, catalog: Catalog) -> Speculation:
-    """The request's Speculation (its drafter loaded on first use). Blocking: runs on a thread."""
+    """The request's Speculation (its drafter loaded on first use). Blocking: runs on a thread.
+    `auto` with nothing named drafts with the engine's n-gram drafter (its shared pool), under
+    the grounding and back-off rules of scheduling/speculation.py, unless --no-spec-auto."""
     name = ctl.draft_model or spec.manifest.get("draft_model")
-    k = int(ctl.speculative_k or spec.manifest.get("speculative_k") or DEFAULT_K)
-    drafter = None
+    k = ctl.speculative_k or spec.manifest.get("speculative_k")
+    ngram = getattr(handle.scheduler, "ngram", NGRAM)  # the engine's own: its pool is its vocabulary's
+    drafter, implicit = None, False
     if ctl.speculation_policy != "off" and name:
-        drafter = NGRAM if name == "ngram" else _draft_model(str(name), spec, handle, catalog)
+        drafter = ngram if name == "ngram" else _draft_model(str(name), spec, handle, catalog)
+    elif ctl.speculation_policy == "auto" and getattr(handle.scheduler, "auto_ngram", False):
+        drafter, implicit = ngram, True
     if ctl.speculation_policy == "on" and drafter is None:
         raise InvalidInput("speculation_policy: \"on\" needs a draft_model (\"ngram\" or a served generator with "
                            f"the same vocabulary); model '{spec.name}' names none. Accepted: \"auto\", \"off\", "
                            "or \"on\" with draft_model", "speculation_policy")
-    return Speculation(drafter, policy=ctl.speculation_policy, calibration=ctl.speculation_calibration, k=k)
+    return Speculation(drafter, policy=ctl.speculation_policy, calibration=ctl.speculation_calibration,
+                       k=int(k or (AUTO_NGRAM_K if implicit else DEFAULT_K)), implicit=implicit)
 
 
 def _draft_model(name: str, spec: ModelSpec, handle: GeneratorHandle, catalog: Catalog):
