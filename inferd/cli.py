@@ -35,10 +35,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         from inferd.cluster.cli import serve_on_ray
 
         return serve_on_ray(ns.ray, ns.cluster_config, settings)
-    from inferd.doctor import summary_lines
-
-    for line in summary_lines(settings):  # the machine half of `inferd doctor`: CPU, builds, memory, disk
-        log.info("  %s", line)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -50,9 +46,19 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     # The first SIGTERM drains (observability/drain.py) before uvicorn's own shutdown runs.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=5, http=http_protocol())
-    server = DrainingServer(config, service.observer.drain)
+    # The machine half of `inferd doctor` (CPU, builds, memory, disk) once the socket listens: it
+    # imports the native runtimes to name their builds, which would hold back a start that
+    # loads every model on first use (issue 31).
+    server = DrainingServer(config, service.observer.drain, after_start=[lambda: log_machine(settings)])
     server.run()
     return 0 if server.started else 1
+
+
+def log_machine(settings: Any) -> None:
+    from inferd.doctor import summary_lines
+
+    for line in summary_lines(settings):
+        log.info("  %s", line)
 
 
 def _human(n: float) -> str:
