@@ -19,6 +19,7 @@ llama-server: the binary bench/generation.py's `--build-peer` caches under ~/.ca
 (or --peer-bin PATH).
 
     python bench/startup.py [--rounds 3] [--threads N] [--parallel 4] [--ctx 2048] [--peer-bin PATH]
+                            [--src DIR]
 """
 
 from __future__ import annotations
@@ -62,8 +63,14 @@ def inferd_argv(port: int, threads: int, parallel: int, ctx: int) -> list[str]:
             "--parallel", str(parallel), "--ctx-size", str(ctx), "--log-level", "warning"]
 
 
-def inferd_env() -> dict[str, str]:
-    return {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
+def inferd_env(src: str | None = None) -> dict[str, str]:
+    """Built-ins only; bytecode caches written and read as an installed package has them (a
+    PYTHONDONTWRITEBYTECODE environment would make every start compile inferd's sources again)."""
+    env = {**os.environ, "INFERD_MODELS_DIR": "/nonexistent", "INFERD_ML_DIR": "/nonexistent"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if src:
+        env["PYTHONPATH"] = src
+    return env
 
 
 def peer_argv(binary: Path, gguf: Path, port: int, threads: int, parallel: int, ctx: int) -> list[str]:
@@ -127,12 +134,15 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=2048, help="tokens per slot on each side")
     ap.add_argument("--peer-bin", type=Path, help="a llama-server binary (default: the cached build)")
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--src", help="another inferd source tree (say `git archive main`) measured as `inferd before`")
     a = ap.parse_args()
     gguf = gemma_path()
     binary = None if a.no_peer else peer_binary(a.peer_bin)
     if binary is None and not a.no_peer:
         print("llama-server is not built: run bench/generation.py --build-peer", file=sys.stderr)
     sides = {"inferd": lambda port: (inferd_argv(port, a.threads, a.parallel, a.ctx), inferd_env())}
+    if a.src:
+        sides["inferd before"] = lambda port: (inferd_argv(port, a.threads, a.parallel, a.ctx), inferd_env(a.src))
     if binary is not None:
         sides["llama-server"] = lambda port: (peer_argv(binary, gguf, port, a.threads, a.parallel, a.ctx), None)
     print(f"gemma-3-270m Q4_K_M, {a.threads} threads, {a.parallel} slots of {a.ctx} tokens, "
