@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,10 +36,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         from inferd.cluster.cli import serve_on_ray
 
         return serve_on_ray(ns.ray, ns.cluster_config, settings)
-    from inferd.doctor import summary_lines
-
-    for line in summary_lines(settings):  # the machine half of `inferd doctor`: CPU, builds, memory, disk
-        log.info("  %s", line)
     service = InferenceService.from_settings(settings)
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
@@ -50,9 +47,35 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     # The first SIGTERM drains (observability/drain.py) before uvicorn's own shutdown runs.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=5, http=http_protocol())
-    server = DrainingServer(config, service.observer.drain)
+    # The machine half of `inferd doctor` (CPU, builds, memory, disk) once the socket listens and
+    # no request is in flight: it imports the native runtimes to name their builds (about 0.2 s
+    # of CPU), which would otherwise hold back the start, or the first request's model load on
+    # a small machine (issue 31).
+    def summary() -> None:
+        wait_idle(lambda: service.admission.in_flight > 0)
+        log_machine(settings)
+
+    server = DrainingServer(config, service.observer.drain, after_start=[summary])
     server.run()
     return 0 if server.started else 1
+
+
+def wait_idle(busy: Callable[[], bool], quiet_s: float = 1.0, at_most_s: float = 30.0) -> None:
+    """Return once `busy()` has been false for `quiet_s` seconds, or after `at_most_s`."""
+    start = quiet = time.monotonic()
+    while (now := time.monotonic()) - start < at_most_s:
+        if busy():
+            quiet = now
+        elif now - quiet >= quiet_s:
+            return
+        time.sleep(0.1)
+
+
+def log_machine(settings: Any) -> None:
+    from inferd.doctor import summary_lines
+
+    for line in summary_lines(settings):
+        log.info("  %s", line)
 
 
 def _human(n: float) -> str:

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import httpx
-
 from inferd.errors import InvalidInput, NotFound, PayloadTooLarge, UpstreamFailed
 from inferd.net import policy as net
 from inferd.net.policy import FetchPolicy
@@ -28,7 +26,7 @@ LAYER_FILES: dict[str, str | None] = {MT + "model": "model.gguf", MT + "projecto
                                       MT + "template": None, MT + "system": None, MT + "params": None,
                                       MT + "messages": None}
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_TIMEOUT = httpx.Timeout(30.0, read=60.0)
+_TIMEOUT = (30.0, 60.0)  # connect and the rest, read: httpx.Timeout(30.0, read=60.0) at use (httpx loads on a pull)
 MANIFEST_BYTES = 4 << 20      # a manifest is a few KiB; a registry sending more is broken or hostile
 MANIFEST_DEADLINE = 60.0      # seconds for the whole manifest fetch
 
@@ -66,9 +64,11 @@ class Registry:
         return f"{self.base(ref)}/v2/{ref.namespace}/{ref.model}/{tail}"
 
     def manifest(self, ref: OllamaRef) -> tuple[dict[str, Any], list[Layer], Layer | None]:
+        import httpx
+
         url = self._url(ref, f"manifests/{ref.tag}")
         try:
-            with httpx.Client(timeout=_TIMEOUT, follow_redirects=False) as client:
+            with httpx.Client(timeout=httpx.Timeout(_TIMEOUT[0], read=_TIMEOUT[1]), follow_redirects=False) as client:
                 status, body = net.get(self.policy, client, url, MANIFEST_BYTES, deadline=MANIFEST_DEADLINE,
                                        where="model", headers={"Accept": ACCEPT}, what="the manifest")
         except (InvalidInput, PayloadTooLarge):
@@ -97,10 +97,12 @@ class Registry:
         url = self._url(ref, f"blobs/{layer.digest}")
 
         def fetch(out: BinaryIO, offset: int, advance: Progress, _tries: int = 3) -> None:
+            import httpx
+
             headers = {"Range": f"bytes={offset}-"} if offset else {}
             got = offset
             try:
-                with httpx.Client(timeout=_TIMEOUT, follow_redirects=False) as client, \
+                with httpx.Client(timeout=httpx.Timeout(_TIMEOUT[0], read=_TIMEOUT[1]), follow_redirects=False) as client, \
                         net.stream(self.policy, client, url, where="model", headers=headers) as r:
                     if r.status_code == 404:
                         raise NotFound(f"blob {layer.digest} of '{ref.served_name}' not found in the registry")

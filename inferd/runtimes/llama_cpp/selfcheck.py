@@ -14,12 +14,13 @@ The child is probe.py: `python -m inferd.runtimes.llama_cpp.probe MODEL.gguf THR
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import logging
 import os
+import mmap
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -130,8 +131,26 @@ def cache_dir() -> Path:
 
 
 def file_type(path: Path) -> str:
-    """The GGUF's quantization type name (`general.file_type`), read with the vocabulary only. A file
-    without one (hand-made GGUFs) is its own type: checked once per file name and size."""
+    """The GGUF's quantization type name (`general.file_type`). Read from the file's header in
+    Python (a few tens of ms): a vocabulary-only load through llama.cpp took a second or more
+    on each load of a model with a large vocabulary (gemma's 262k tokens) before the real load
+    read it all again. A header without the key (hand-made GGUFs, or a file that is no model)
+    goes through llama.cpp as before: such a file is its own type, checked once per file name
+    and size, and one llama.cpp cannot read is "unknown" (the real load says why)."""
+    try:
+        value = _header_value(path, b"general.file_type")
+    except (OSError, ValueError, struct.error):
+        value = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return FTYPES.get(value, f"ftype{value}")
+    if isinstance(value, str):
+        return FTYPES.get(int(value), f"ftype{value}") if value.isdigit() else value
+    return _file_type_by_llama(path)
+
+
+def _file_type_by_llama(path: Path) -> str:
+    import ctypes
+
     import llama_cpp as L
 
     from inferd.runtimes.llama_cpp.model import init_backend
@@ -151,6 +170,66 @@ def file_type(path: Path) -> str:
         return FTYPES.get(int(value), f"ftype{value}") if value.isdigit() else value
     finally:
         L.llama_model_free(model)
+
+
+# GGUF value types (gguf.h): the fixed-size scalars by struct format, 8 = string, 9 = array.
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_MAX_KV, _MAX_ARRAY = 100_000, 50_000_000  # bounds of a sane header
+
+
+def _header_value(path: Path, wanted: bytes) -> int | float | str | None:
+    """One scalar or string key of a GGUF header, None when absent. The keys before it are
+    skipped over a read-only map of the file (arrays by their element sizes), so no more of the
+    file is read than the header up to that key; a malformed header raises ValueError."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        end = len(mm)
+
+        def at(fmt: str, off: int) -> tuple:
+            if off + struct.calcsize(fmt) > end:
+                raise ValueError("truncated GGUF header")
+            return struct.unpack_from(fmt, mm, off)
+
+        if mm[:4] != b"GGUF" or at("<I", 4)[0] < 2:
+            raise ValueError("not a GGUF file")
+        _tensors, n_kv = at("<QQ", 8)
+        if n_kv > _MAX_KV:
+            raise ValueError("too many GGUF keys")
+        off = 24
+        for _ in range(n_kv):
+            (n,) = at("<Q", off)
+            key = mm[off + 8:off + 8 + n]
+            off += 8 + n
+            (vtype,) = at("<I", off)
+            off += 4
+            if vtype in _SCALARS:
+                if key == wanted:
+                    return at(_SCALARS[vtype], off)[0]
+                off += struct.calcsize(_SCALARS[vtype])
+            elif vtype == 8:
+                (n,) = at("<Q", off)
+                if key == wanted:
+                    return mm[off + 8:off + 8 + n].decode("utf-8", "replace")
+                off += 8 + n
+            elif vtype == 9:
+                itype, n = at("<IQ", off)
+                off += 12
+                if n > _MAX_ARRAY:
+                    raise ValueError("GGUF array too long")
+                if itype in _SCALARS:
+                    off += n * struct.calcsize(_SCALARS[itype])
+                elif itype == 8:
+                    unpack = struct.Struct("<Q").unpack_from
+                    for _ in range(n):
+                        if off + 8 > end:
+                            raise ValueError("truncated GGUF header")
+                        off += 8 + unpack(mm, off)[0]
+                else:
+                    raise ValueError(f"GGUF array of type {itype}")
+            else:
+                raise ValueError(f"unknown GGUF value type {vtype}")
+            if off > end:
+                raise ValueError("truncated GGUF header")
+    return None
 
 
 # ---- verdicts ----------------------------------------------------------------------------------
