@@ -261,6 +261,9 @@ def wrk_comparison(threads: int, seconds: float, repeat: int, infinity: str | No
                     if inf is not None:
                         inf_script = wrk_script(texts, str(inf.folder), Path(tmp) / "inf.lua")
                         r["infinity"].append(wrk(inf.url + "/embeddings", inf_script, 32, seconds))
+                    print(f"  [{name} round {len(r['raw'])}] " + ", ".join(
+                        f"{who} {(v[-1]['sentences_per_s'] if isinstance(v[-1], dict) else v[-1]):.0f}"
+                        for who, v in r.items() if v), flush=True)  # progress, in case the run is cut off
     finally:
         srv.close()
         if base is not None:
