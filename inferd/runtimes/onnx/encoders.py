@@ -66,7 +66,7 @@ class OnnxEncoder:
     split across the threads. On a CPU shared with the HTTP server (the event loop, the
     clients) a split operator waits for its slowest thread, and one descheduled thread stalls
     the whole pass; concurrent shards only slow down the shard that lost its core
-    (bench/embeddings.py: about 1.3x more sentences/s at batch 32 on 2 busy cores). Small
+    (bench/embeddings.py: 8-20% more requests/s from 32 one-sentence clients on 2 shared cores). Small
     batches, where latency is what counts, stay one pass over all threads."""
 
     max_batch_tokens: int | None = None
