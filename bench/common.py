@@ -34,14 +34,15 @@ def free_port() -> int:
 
 class InferdServer:
     """`inferd serve` on a free loopback port, `--threads` N, warnings only, serving the
-    built-in models (unless `builtins=False`) and those of `models_dir` (none by default);
-    `src`: another inferd source tree (say `git archive main`) for before/after runs."""
+    built-in models (unless `builtins=False`) and those of `models_dir` and `ml_dir` (none by
+    default); `src`: another inferd source tree (say `git archive main`) for before/after runs."""
 
     def __init__(self, threads: int, *extra: str, models_dir: str | os.PathLike | None = None,
-                 builtins: bool = True, src: str | None = None):
+                 builtins: bool = True, src: str | None = None, ml_dir: str | os.PathLike | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "INFERD_MODELS_DIR": str(models_dir or "/nonexistent"), "INFERD_ML_DIR": "/nonexistent"}
+        env = {**os.environ, "INFERD_MODELS_DIR": str(models_dir or "/nonexistent"),
+               "INFERD_ML_DIR": str(ml_dir or "/nonexistent")}
         if src:
             env["PYTHONPATH"] = src
         argv = [sys.executable, "-m", "inferd", "serve", "--port", str(self.port), "--threads", str(threads),

@@ -27,7 +27,12 @@ def free_port() -> int:
 
 
 def _bound_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    # sockets whose proto says TCP, and an accepted socket inherits the listener's. With proto 0
+    # every response after the first on a keep-alive connection waited ~40 ms for the client's
+    # delayed ACK (uvicorn writes the head and the body apart), which is what the old tabular
+    # benchmark's 44 ms one-row figure was. uvicorn's own listeners (`inferd serve`) say TCP.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.set_inheritable(True)
@@ -35,8 +40,10 @@ def _bound_socket() -> socket.socket:
 
 
 class Running:
-    def __init__(self, url: str, service: InferenceService, settings: Settings, loop: asyncio.AbstractEventLoop):
+    def __init__(self, url: str, service: InferenceService, settings: Settings, loop: asyncio.AbstractEventLoop,
+                 server: uvicorn.Server | None = None):
         self.url, self.service, self.settings, self.loop = url, service, settings, loop
+        self.server = server  # uvicorn's: its open connections, for the socket tests
 
     def call(self, coro, timeout: float = 30):
         """Run a coroutine on the server's own event loop (to reach its service directly)."""
@@ -69,7 +76,7 @@ def serve(settings: Settings | None = None, **overrides: Any) -> Iterator[Runnin
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield Running(f"http://127.0.0.1:{port}", service, settings, loop)
+        yield Running(f"http://127.0.0.1:{port}", service, settings, loop, server)
     finally:
         server.should_exit = True
         thread.join(timeout=20)

@@ -54,6 +54,7 @@ def _build(cls: type["OnnxEncoder"], spec: ModelSpec, opts: RuntimeOptions, spar
     tokenizer = TextTokenizer(str(files.tokenizer))  # read once; its own limit is one input of max_length
     tokenizer.set_max_length(max_length(files, tokenizer.file_max_length))
     runtime = cls(spec, files, session, tokenizer)
+    runtime.parallel = max(1, opts.threads)  # concurrent shards of a large batch (OnnxEncoder)
     if sparse:  # a sparse batch makes [tokens, vocab] float logits: bound their bytes
         vocab = int(files.config.get("vocab_size") or tokenizer.vocab_size)
         runtime.max_batch_tokens = max(64, SPARSE_LOGITS_BUDGET // (4 * vocab))

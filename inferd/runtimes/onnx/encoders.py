@@ -7,7 +7,8 @@ runs padded batches on its batcher's worker thread (`run_batch`: the forward pas
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,24 +25,91 @@ from inferd.runtimes.onnx.tokenize import Encoded, TextTokenizer, pad
 
 log = logging.getLogger("inferd.runtimes.onnx")
 
+# A shard of a batch runs as its own concurrent Session.run; below these sizes one more
+# shard costs more (a thread hand-off, a smaller matrix product) than it wins.
+SHARD_MIN_TOKENS = 192   # padded tokens of one shard
+SHARD_MIN_ITEMS = 4
+
+
+def shards(lengths: Sequence[int], most: int) -> list[slice]:
+    """Contiguous slices of a batch (in its order: the batcher sorts by length, so each slice
+    pads to its own longest), at most `most` of them, of about equal tokens, each of at
+    least SHARD_MIN_ITEMS items and about SHARD_MIN_TOKENS padded tokens or more. Pure."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    padded = n * max(lengths)
+    k = max(1, min(most, n // SHARD_MIN_ITEMS, padded // SHARD_MIN_TOKENS))
+    if k == 1:
+        return [slice(0, n)]
+    total = sum(lengths)
+    cuts, acc, j = [0], 0, 1
+    for i, x in enumerate(lengths):
+        acc += x
+        # cut after item i once the running token sum reaches j/k of the whole
+        if j < k and acc * k >= j * total and i + 1 - cuts[-1] >= SHARD_MIN_ITEMS and n - (i + 1) >= SHARD_MIN_ITEMS:
+            cuts.append(i + 1)
+            j += 1
+    cuts.append(n)
+    return [slice(a, b) for a, b in zip(cuts, cuts[1:])]
+
+
 class OnnxEncoder:
     """Shared parts: tokenizer, session, close(). `max_batch_tokens` is a cap this model needs
     on top of the server's batch budget (None: no cap of its own); the composition root wraps
-    the encoder in a dynamic batcher with it (inferd/service/loading.py)."""
+    the encoder in a dynamic batcher with it (inferd/service/loading.py).
+
+    `parallel`: how many shards of one batch may run at once (the loader sets it to the
+    runtime's threads). A large batch is cut into shards (`shards`) that run as concurrent
+    `Session.run` calls on the one session (onnxruntime allows it; the weights are shared),
+    each its own pass over part of the batch, instead of one pass whose every operator is
+    split across the threads. On a CPU shared with the HTTP server (the event loop, the
+    clients) a split operator waits for its slowest thread, and one descheduled thread stalls
+    the whole pass; concurrent shards only slow down the shard that lost its core
+    (bench/embeddings.py: 8-20% more requests/s from 32 one-sentence clients on 2 shared cores). Small
+    batches, where latency is what counts, stay one pass over all threads."""
 
     max_batch_tokens: int | None = None
+    parallel: int = 1
 
     def __init__(self, spec: ModelSpec, files: ModelFiles, session: OnnxSession, tokenizer: TextTokenizer):
         self.spec, self.files, self.session, self.tokenizer = spec, files, session, tokenizer
         self.manifest = files.manifest
         self.max_length = tokenizer.max_length
         self.graph_path = str(files.graph or files.safetensors)
+        self._pool: ThreadPoolExecutor | None = None
 
     def forward(self, encs: Sequence[Encoded], output: str) -> tuple[np.ndarray, np.ndarray]:
         ids, mask, types = pad(encs, self.tokenizer.pad_id)
         return self.session.run(ids, mask, types, [output])[output], mask
 
+    def run_batch(self, encs: Sequence[Encoded]) -> list[Any]:
+        """One result per input, in order: the batch in one pass, or in concurrent shards."""
+        return self.sharded(encs, self.run_pass)
+
+    def run_pass(self, encs: Sequence[Encoded]) -> list[Any]:
+        raise NotImplementedError
+
+    def sharded(self, encs: Sequence[Encoded], run: Callable[[Sequence[Encoded]], list[Any]]) -> list[Any]:
+        parts = shards([len(e) for e in encs], self.parallel)
+        if len(parts) <= 1:
+            return run(encs)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.parallel - 1, thread_name_prefix=f"shard-{self.spec.name}")
+        futs: list[Future[list[Any]]] = [self._pool.submit(run, encs[p]) for p in parts[1:]]
+        try:
+            out = list(run(encs[parts[0]]))  # the first shard on the calling (worker) thread
+        finally:
+            for f in futs:  # every shard has finished before the batch answers, even on failure
+                f.exception()
+        for f in futs:
+            out.extend(f.result())
+        return out
+
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self.session = None  # type: ignore[assignment]  # frees the onnxruntime session
 
 
@@ -89,7 +157,7 @@ class Embedder(OnnxEncoder):
     def prepare_ids(self, ids: Sequence[int]) -> Encoded:
         return self.tokenizer.from_ids(ids)
 
-    def run_batch(self, encs: Sequence[Encoded]) -> list[Any]:
+    def run_pass(self, encs: Sequence[Encoded]) -> list[Any]:
         out, mask = self.forward(encs, self.output)
         if self.sparse:
             return [top_k_sparse(row, self.top_k) for row in out]
@@ -112,7 +180,7 @@ class CrossEncoder(OnnxEncoder):
     def prepare(self, query: str, docs: Sequence[str]) -> list[Encoded]:
         return self.tokenizer.encode_pairs([query] * len(docs), docs)
 
-    def run_batch(self, encs: Sequence[Encoded]) -> list[float]:
+    def run_pass(self, encs: Sequence[Encoded]) -> list[Any]:
         logits, _ = self.forward(encs, self.output)
         logits = logits.reshape(len(encs), -1)
         scores = logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
@@ -141,7 +209,7 @@ class LateInteraction(OnnxEncoder):
         q, d = self.prefixes.get("query", ""), self.prefixes.get("document", "")
         return self.tokenizer.encode([q + query] + [d + x for x in docs])
 
-    def run_batch(self, encs: Sequence[Encoded]) -> list[np.ndarray]:
+    def run_pass(self, encs: Sequence[Encoded]) -> list[Any]:
         hidden, mask = self.forward(encs, self.output)
         return [l2_normalize(hidden[i, : int(mask[i].sum())]) for i in range(len(encs))]
 
@@ -190,7 +258,7 @@ class TokenClassifier(OnnxEncoder):
             out.append(Window(Encoded(full, (0,) * len(full)), offsets[a:a + room]))
         return out
 
-    def run_batch(self, encs: Sequence[Encoded]) -> list[np.ndarray]:
+    def run_pass(self, encs: Sequence[Encoded]) -> list[Any]:
         logits, mask = self.forward(encs, self.output)
         z = logits - logits.max(axis=-1, keepdims=True)
         probs = np.exp(z)
