@@ -25,7 +25,7 @@ sides run the same kernels; target llama-server); or pass --peer-bin PATH.
    (default 1) of prompt + 256 tokens, interleaved rounds, best of each side.
 
 usage: python bench/generation.py [--threads N] [--new-tokens 128] [--no-peer] [--build-peer]
-       python bench/generation.py --prefill [--prefill-tokens 4000] [--peer-args "--swa-full"]
+       python bench/generation.py --prefill [--prefill-tokens 4000] [--peer-args=--swa-full]
 """
 
 from __future__ import annotations
@@ -442,7 +442,7 @@ def main() -> None:
     ap.add_argument("--no-raw", action="store_true", help="skip the raw-ceiling loop")
     ap.add_argument("--no-single", action="store_true", help="skip the in-process single-stream comparison")
     ap.add_argument("--no-spec", action="store_true", help="skip the n-gram speculation rewrite")
-    ap.add_argument("--peer-args", default="", help="more llama-server flags, e.g. --swa-full")
+    ap.add_argument("--peer-args", default="", help="more llama-server flags, e.g. --peer-args=--swa-full (with '=')")
     ap.add_argument("--prefill", action="store_true", help="only the long-prompt prefill comparison")
     ap.add_argument("--prefill-tokens", type=int, default=4000)
     ap.add_argument("--prefill-repeat", type=int, default=2, help="warm prompts per round after the cold one")
