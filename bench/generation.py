@@ -22,7 +22,13 @@ llama-server: `--build-peer` builds it once (~15 min on 2 cores) under ~/.cache/
 (cmake -DLLAMA_CURL=OFF -DGGML_NATIVE=ON and scripts/install_llama.sh's -mno-amx-* flags, so both
 sides run the same kernels; target llama-server); or pass --peer-bin PATH.
 
+5. `--prefill` (alone): a 4,000-token prompt (`--prefill-tokens`), prefill tok/s (prompt
+   tokens / time to first token) and the cold TTFT of a freshly started server, inferd vs
+   llama-server with the same n_batch = n_ubatch = 512 and threads, `--prefill-slots` slots
+   (default 1) of prompt + 256 tokens, interleaved rounds, best of each side.
+
 usage: python bench/generation.py [--threads N] [--new-tokens 128] [--no-peer] [--build-peer] [--only-spec]
+       python bench/generation.py --prefill [--prefill-tokens 4000] [--peer-args=--swa-full]
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def prompts(model, n: int, salt: str = "", length: int = 128) -> list[str]:
     out = []
     for i in range(n):
         body = " ".join(f"This is a long story about {TOPICS[(i + k) % len(TOPICS)]}, told slowly and with care."
-                        for k in range(40))
+                        for k in range(max(40, length // 8)))  # about 13 tokens a sentence
         text = f"{salt}Story {i + 1}: {body}"
         toks = model.tokenize(text, add_special=False)[: length - 1]
         out.append(model.detokenize(toks))
@@ -150,7 +156,7 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, argv: list[str], port: int, name: str):
+    def __init__(self, argv: list[str], port: int, name: str, warm: bool = True):
         self.url, self.name = f"http://127.0.0.1:{port}", name
         self.log = tempfile.TemporaryFile()  # a pipe would fill up with llama.cpp's chatter and block it
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.log)
@@ -167,8 +173,9 @@ class Server:
             if time.time() > deadline:
                 raise RuntimeError(f"{name} did not start")
             time.sleep(0.3)
-        httpx.post(self.url + "/v1/completions", json={"model": MODEL, "prompt": "warm up", "max_tokens": 4},
-                   timeout=300).raise_for_status()
+        if warm:
+            httpx.post(self.url + "/v1/completions", json={"model": MODEL, "prompt": "warm up", "max_tokens": 4},
+                       timeout=300).raise_for_status()
 
     def tail(self) -> str:
         self.log.seek(0)
@@ -231,6 +238,27 @@ def concurrent(url: str, texts: list[str], new: int) -> dict[str, float]:
             "itl50": pct(gaps, 0.5) if gaps else float("nan"), "itl95": pct(gaps, 0.95) if gaps else float("nan")}
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of `pid` so far, by "tid name" (Linux
+    /proc; Python 3.11 threads are all named python): where a server's time goes."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[f"{task.name} {stat[stat.index('(') + 1:stat.rindex(')')]}"] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
+    """Total CPU seconds, then the busiest threads (the decode's two compute threads first)."""
+    d = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)
+    return f"total {sum(v for v, _k in d):.2f}s: " + ", ".join(f"{v:.2f}" for v, _k in d[:6] if v >= 0.01)
+
+
 def keep_best(best: dict[int, dict[str, float]], new: dict[int, dict[str, float]]) -> None:
     for n, m in new.items():
         if n not in best or m["tps"] > best[n]["tps"]:
@@ -240,7 +268,11 @@ def keep_best(best: dict[int, dict[str, float]], new: dict[int, dict[str, float]
 def measure_server(server: Server, sets: dict[int, list[str]], new: int) -> dict[int, dict[str, float]]:
     out = {}
     for n, texts in sets.items():
+        before = thread_cpu(server.proc.pid) if PROFILE else {}
         out[n] = concurrent(server.url, texts, new)
+        if PROFILE:
+            print(f"  {server.name:>12} {n:2d} stream(s) thread CPU: "
+                  f"{cpu_delta(before, thread_cpu(server.proc.pid))}", flush=True)
         print(f"  {server.name:>12} {n:2d} stream(s): {out[n]['tps']:6.1f} tok/s, ttft p50 {out[n]['p50']:.2f}s "
               f"p95 {out[n]['p95']:.2f}s, itl p50 {out[n]['itl50'] * 1e3:.0f}ms p95 {out[n]['itl95'] * 1e3:.0f}ms "
               f"({out[n]['tokens']} tokens in {out[n]['wall']:.1f}s)", flush=True)
@@ -248,6 +280,7 @@ def measure_server(server: Server, sets: dict[int, list[str]], new: int) -> dict
 
 
 # ---- llama-server (the C++ peer) ------------------------------------------------------------------
+PROFILE = False  # --thread-cpu
 CACHE = Path.home() / ".cache" / "inferd-bench"
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"  # as scripts/install_llama.sh
 
@@ -276,6 +309,93 @@ def peer_bin(build: bool) -> Path | None:
     subprocess.run(["cmake", "--build", "build-noamx", "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
                    cwd=src, check=True)
     return binary
+
+
+def peer_argv(binary: Path, path: Path, port: int, threads: int, slots: int, ctx: int, extra: str = "") -> list[str]:
+    """llama-server with inferd's shape: `slots` sequences of `ctx` tokens in one unified KV
+    cache, n_batch = n_ubatch = 512 (inferd's), the same threads for decode and prefill, no
+    prompt cache. `extra`: more flags (e.g. "--swa-full", to isolate that difference)."""
+    return [str(binary), "-m", str(path), "--alias", MODEL, "--host", "127.0.0.1", "--port", str(port),
+            "-t", str(threads), "-tb", str(threads), "-np", str(slots), "-c", str(slots * ctx), "-b", "512",
+            "-ub", "512", "--kv-unified", "--cache-reuse", "0", "--no-cache-prompt", "--cache-ram", "0",
+            "--no-webui", *extra.split()]
+
+
+def inferd_argv(port: int, threads: int, slots: int, ctx: int) -> list[str]:
+    return [sys.executable, "-m", "inferd", "serve", "--port", str(port), "--threads", str(threads),
+            "--parallel", str(slots), "--ctx-size", str(ctx), "--log-level", "warning"]
+
+
+# ---- long-prompt prefill ---------------------------------------------------------------------------
+def prefill_once(url: str, prompt: str) -> tuple[float, int]:
+    """(time to first token, prompt tokens) of one streamed completion of one token."""
+    async def run():
+        async with httpx.AsyncClient(timeout=600) as client:
+            t0 = time.perf_counter()
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0, "stream": True,
+                    "stream_options": {"include_usage": True}, "cache_prompt": False}
+            ttft, usage = None, None
+            async with client.stream("POST", url + "/v1/completions", json=body) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    usage = chunk.get("usage") or usage
+                    if ttft is None and any(ch.get("text") for ch in chunk.get("choices") or []):
+                        ttft = time.perf_counter() - t0
+            return ttft or time.perf_counter() - t0, usage["prompt_tokens"] if usage else -1
+    return asyncio.run(run())
+
+
+def prefill_bench(a, path: Path, binary: Path | None) -> None:
+    """A `--prefill-tokens` prompt (new to the server) on each side, `--rounds` interleaved
+    rounds; each round starts both servers afresh and sends nothing before it, so the first
+    prompt is a cold start (compute buffers, page cache of the weights warm after round 1),
+    then `--prefill-repeat` more distinct prompts: prefill tok/s = prompt tokens / TTFT."""
+    from inferd.runtimes.llama_cpp.model import LlamaModel
+
+    m = LlamaModel(path)
+    n_tok = a.prefill_tokens
+    texts = {(side, r, k): prompts(m, 1, f"{side} prefill {r}.{k}. ", length=n_tok)[0]
+             for side in ("inferd", "peer") for r in range(a.rounds) for k in range(1 + a.prefill_repeat)}
+    m.close()
+    slots, ctx = a.prefill_slots, n_tok + 256
+    res: dict[str, dict[str, list[float]]] = {s: {"cold": [], "tps": []} for s in ("inferd", "peer")}
+    print(f"prefill: {n_tok}-token prompts, {slots} slot(s) of {ctx} tokens, n_batch = n_ubatch = 512, "
+          f"{a.threads} threads; llama-server extra flags: {a.peer_args or '-'}", flush=True)
+    for r in range(a.rounds):
+        for side in ("inferd", "peer"):
+            if side == "peer" and binary is None:
+                continue
+            port = free_port()
+            argv = (inferd_argv(port, a.threads, slots, ctx) if side == "inferd"
+                    else peer_argv(binary, path, port, a.threads, slots, ctx, a.peer_args))  # type: ignore[arg-type]
+            srv = Server(argv, port, "inferd" if side == "inferd" else "llama-server", warm=False)
+            try:
+                cold, n = prefill_once(srv.url, texts[(side, r, 0)])
+                warm = []
+                for k in range(1, 1 + a.prefill_repeat):
+                    t, n = prefill_once(srv.url, texts[(side, r, k)])
+                    warm.append(n / t)
+            except Exception:
+                print(srv.tail(), file=sys.stderr)
+                raise
+            finally:
+                srv.close()
+            res[side]["cold"].append(cold)
+            res[side]["tps"].append(max(warm))
+            print(f"  round {r} {srv.name:>12}: cold TTFT {cold:.2f}s ({n / cold:.0f} tok/s), then "
+                  f"{', '.join(f'{x:.0f}' for x in warm)} tok/s ({n} prompt tokens)", flush=True)
+    o, p = res["inferd"], res["peer"]
+    print(f"\n## prefill of a {n_tok}-token prompt (best of {a.rounds} rounds)")
+    print("| | inferd | llama-server | ratio |\n|---|---|---|---|")
+    if p["tps"]:
+        print(f"| prefill tok/s | {max(o['tps']):.0f} | {max(p['tps']):.0f} | {max(o['tps']) / max(p['tps']):.2f}x |")
+        print(f"| cold TTFT | {min(o['cold']):.2f} s | {min(p['cold']):.2f} s | {min(o['cold']) / min(p['cold']):.2f}x |")
+        print("per round, tok/s ratio: " + ", ".join(f"{x / y:.2f}" for x, y in zip(o["tps"], p["tps"])))
+    else:
+        print(f"| prefill tok/s | {max(o['tps']):.0f} | - | - |\n| cold TTFT | {min(o['cold']):.2f} s | - | - |")
 
 
 # ---- n-gram speculation ----------------------------------------------------------------------------
@@ -386,11 +506,22 @@ def main() -> None:
     ap.add_argument("--no-single", action="store_true", help="skip the in-process single-stream comparison")
     ap.add_argument("--no-spec", action="store_true", help="skip the speculation workloads")
     ap.add_argument("--only-spec", action="store_true", help="the speculation workloads alone")
+    ap.add_argument("--peer-args", default="", help="more llama-server flags, e.g. --peer-args=--swa-full (with '=')")
+    ap.add_argument("--prefill", action="store_true", help="only the long-prompt prefill comparison")
+    ap.add_argument("--prefill-tokens", type=int, default=4000)
+    ap.add_argument("--prefill-repeat", type=int, default=2, help="warm prompts per round after the cold one")
+    ap.add_argument("--prefill-slots", type=int, default=1)
+    ap.add_argument("--thread-cpu", action="store_true", help="print each server's CPU seconds per thread and run")
     a = ap.parse_args()
+    global PROFILE
+    PROFILE = a.thread_cpu
     if a.only_spec:
         a.no_peer = a.no_raw = a.no_single = True
         a.streams, a.rounds = "1", 0
     path = gemma_270m_path()
+    if a.prefill:
+        prefill_bench(a, path, a.peer_bin or (None if a.no_peer else peer_bin(a.build_peer)))
+        return
     from inferd.runtimes.llama_cpp.model import LlamaModel
 
     slots, ctx = 16, 512
@@ -411,8 +542,7 @@ def main() -> None:
         raw_e2e, raw_decode = raw_ceiling(path, prompts(LlamaModel(path), 8, "Raw. "), a.new_tokens, a.threads)
 
     port = free_port()
-    srv = Server([sys.executable, "-m", "inferd", "serve", "--port", str(port), "--threads", str(a.threads),
-                  "--parallel", str(slots), "--ctx-size", str(ctx), "--log-level", "warning"], port, "inferd")
+    srv = Server(inferd_argv(port, a.threads, slots, ctx), port, "inferd")
     peer_srv = None
     try:
         # Single stream: alternate the in-process Llama and inferd (idle server meanwhile), best
@@ -431,10 +561,8 @@ def main() -> None:
             print("llama-server is not built: run with --build-peer (about 15 minutes on 2 cores)", file=sys.stderr)
         if binary is not None:
             pport = free_port()
-            peer_srv = Server([str(binary), "-m", str(path), "--alias", MODEL, "--host", "127.0.0.1", "--port",
-                               str(pport), "-t", str(a.threads), "-tb", str(a.threads), "-np", str(slots),
-                               "-c", str(slots * ctx), "-b", "512", "--kv-unified", "--cache-reuse", "0",
-                               "--no-cache-prompt", "--cache-ram", "0", "--no-webui"], pport, "llama-server")
+            peer_srv = Server(peer_argv(binary, path, pport, a.threads, slots, ctx, a.peer_args), pport,
+                              "llama-server")
         # Both servers up, idle while the other runs; each stream count on inferd then on the
         # peer, so a change in the machine's load between counts hits both alike; the best of
         # --rounds such pairs per side (this VM has stalls of 0.5-2 s that hit one run of either

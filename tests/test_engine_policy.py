@@ -12,6 +12,7 @@ import pytest
 
 from inferd.errors import InferenceFailed, ModelUnloaded, Overloaded
 from inferd.scheduling.generation import GenerationEngine, Job
+from inferd.scheduling.wakeups import defer
 from inferd.types import TokenLogprob
 
 EOG = 0
@@ -235,3 +236,77 @@ def test_a_failed_decode_fails_each_held_job_with_its_own_error(engine):
     assert all(isinstance(e, InferenceFailed) and "simulated decode failure" in e.message for e in errors)
     assert errors[0] is not errors[1]
     assert submit(eng, [3], max_tokens=2).wait().tokens == [4, 5]  # the engine recovered
+
+
+def test_a_burst_of_prompts_fills_every_step_to_n_batch_as_llama_server_does():
+    """llama-server's update_slots: every arrival queued before a step takes a slot at once,
+    and each step carries all running next tokens plus prompt tokens of as many slots as fit
+    in n_batch (a prompt split across steps where the batch is full). Sixteen 128-token
+    prompts on 16 slots with n_batch 512: 2048 prompt tokens in four full steps and a fifth
+    with the rest, every first token by step 5 (one prompt per step would take 16 steps)."""
+    be = FakeBackend(n_seq=16, n_batch=512, vocab=100_000, delay=0)
+    eng = GenerationEngine(be, name="fake")
+    release = threading.Event()
+    try:
+        # the worker is held inside an idle call while all sixteen arrive: one burst
+        fut = eng.call_when_idle(lambda: release.wait(10))
+        runs = [submit(eng, [1000 * (i + 1) + k for k in range(128)], max_tokens=8) for i in range(16)]
+        release.set()
+        fut.result(10)
+        for r in runs:
+            r.wait()
+        steps = be.steps  # a prompt chunk sits below position 128, a next token at 128 and up
+        prompt_toks = [sum(len(t) for _s, t, p, _w in st if p < 128) for st in steps[:5]]
+        decodes = [sum(1 for _s, _t, p, _w in st if p >= 128) for st in steps[:5]]
+        assert prompt_toks == [512, 508, 505, 501, 22]
+        assert decodes == [0, 4, 7, 11, 15]
+        # the step (1-based) of each job's first next-token decode: one step after its prompt ended
+        first = sorted(next(k for k, st in enumerate(steps, 1) if (r.job.slot, 128) in {(s, p) for s, _t, p, _w in st})
+                       for r in runs)
+        assert first == [2] * 4 + [3] * 3 + [4] * 4 + [5] * 4 + [6]
+        assert all(len(r.tokens) == 8 for r in runs)
+    finally:
+        release.set()
+        eng.close()
+
+
+def test_the_deltas_of_a_step_are_posted_inside_one_wakeup_block():
+    """Every token delta the worker emits after a decode is posted inside `step_wakeups`, so
+    a listener's loop wakes once per step, after the step's last delta (wakeups.py)."""
+    be = FakeBackend(n_seq=4, n_batch=64, delay=0)
+    eng = GenerationEngine(be, name="fake")
+    events: list[tuple[str, int]] = []  # ("post", job) and ("wake", steps so far)
+
+    def sink_for(k: int, run: Run):
+        real = run._sink
+
+        def sink(d):
+            events.append(("post", k))
+            deferred = defer("listener", lambda: events.append(("wake", len(be.steps))))
+            assert deferred, "a delta posted outside a step block"
+            real(d)
+        return sink
+
+    release = threading.Event()
+    try:
+        fut = eng.call_when_idle(lambda: release.wait(10))
+        runs = []
+        for k in range(4):
+            r = Run([10 * (k + 1), 11 * (k + 1)], max_tokens=5)
+            r.job.sink = sink_for(k, r)
+            runs.append(r)
+            eng.submit(r.job)
+        release.set()
+        fut.result(10)
+        for r in runs:
+            r.wait()
+        assert all(len(r.tokens) == 5 for r in runs)
+        wakes = [e for e in events if e[0] == "wake"]
+        assert [w[1] for w in wakes] == list(range(1, len(be.steps) + 1))  # one per step, in order
+        # within a step: the four posts, then its one wake
+        for i in range(5):
+            step = events[i * 5:(i + 1) * 5]
+            assert sorted(k for kind, k in step if kind == "post") == [0, 1, 2, 3] and step[-1] == ("wake", i + 1)
+    finally:
+        release.set()
+        eng.close()

@@ -61,6 +61,7 @@ from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.state_tiers import StateTiers
 from inferd.scheduling.textout import TextOut
+from inferd.scheduling.wakeups import step_wakeups
 from inferd.scheduling.jobs import (Adapters, Backend, Job, LoraBackend, MediaBackend, MediaChunk, Slot, common_prefix,
                                     refusal, snap_to_media)
 from inferd.types import Delta, FinishReason, TokenLogprob
@@ -240,6 +241,11 @@ class GenerationEngine:
         self.batch_sizes[len(entries)] += 1
         self.stats.batch.observe(len(entries))
         now = time.perf_counter()
+        with step_wakeups():  # the listeners' loops wake once, after the last token (wakeups.py)
+            self._take_rows(entries, jobs, rows, now)
+
+    def _take_rows(self, entries: list[tuple[int, list[int], int, bool]], jobs: list[Job], rows: list[int],
+                   now: float) -> None:
         for (seq, toks, _p0, want), job, row in zip(entries, jobs, rows):
             if want > 1:
                 self._verify(job, toks, row, now)

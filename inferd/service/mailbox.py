@@ -7,7 +7,9 @@ next decode: measured on 2 cores, one wake per token cost a single stream about 
 token against llama-server. So the deltas of one engine step share one wake-up (the first
 post schedules a drain; later posts before it runs only append), and a request that is not
 streamed wakes the loop only with its final delta (nothing on the loop needs the others
-sooner: the engine itself watches cancellation and timing)."""
+sooner: the engine itself watches cancellation and timing). "Share": the engine's worker
+holds the wake-up back until the step's last delta is posted (inferd/scheduling/wakeups.py),
+so the loop never drains part of a step while the worker still samples the rest."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from inferd.scheduling.wakeups import defer
 
 
 class LoopMailbox:
@@ -27,6 +31,7 @@ class LoopMailbox:
         self._items: list[tuple[Callable[[Any], None], Any]] = []
         self._lock = threading.Lock()
         self._scheduled = False
+        self.wakeups = 0  # loop wake-ups asked for (at most one per engine step)
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> LoopMailbox:
@@ -46,6 +51,12 @@ class LoopMailbox:
             if self._scheduled or not wake:
                 return
             self._scheduled = True
+        # inside an engine step the wake-up waits for the step's last delta (wakeups.py)
+        if not defer(self, self._wake):
+            self._wake()
+
+    def _wake(self) -> None:
+        self.wakeups += 1
         try:
             self.loop.call_soon_threadsafe(self._drain)
         except BaseException:
