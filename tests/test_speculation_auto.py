@@ -80,6 +80,11 @@ def test_the_pool_chains_its_own_writes_and_never_drafts_an_image_id():
     assert pool.draft([-2, 11, 12], 2) == []          # an n-gram with one is never written
     assert pool.draft([11, 12, 13], 2) == [14]
     assert _hash([11, 12, 13]) != _hash([11, 12, 14])
+    # a long prompt (the numpy path) whose image placeholders are hashes beyond int64's range
+    fresh, big = NgramPool(1 << 20, n=3), -(1 << 70)
+    fresh.add(toks[:40] + [big] * 4 + toks[200:240], 0)
+    assert fresh.draft(toks[200:203], 3) == toks[203:206]
+    assert fresh.draft(toks[37:40], 2) == []  # the token after them is a placeholder
 
 
 def test_the_pool_has_fixed_memory_and_new_ngrams_evict_old_ones():

@@ -119,7 +119,8 @@ class NgramPool:
         if len(tokens) - lo <= _FEW:  # a decode step's few tokens: numpy's per-call cost would dominate
             self._add_few(tokens, lo)
             return
-        a = np.asarray(tokens[lo - n:], dtype=np.int64)
+        # image placeholders are negative hashes that may not fit an int64: -1 stands for them all
+        a = np.asarray([t if t >= 0 else -1 for t in tokens[lo - n:]], dtype=np.int64)
         m = len(a) - n   # windows a[i:i+n] with their next token a[i+n]
         h = np.zeros(m, np.uint64)
         mul = np.uint64(_MUL)
