@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from inferd.errors import InferdError, InferenceFailed, InvalidInput, ModelUnloaded, Overloaded, copy_error
+from inferd.errors import InferdError, InvalidInput
 from inferd.observability.stats import GenStats
-from inferd.scheduling.idle_calls import IdleCalls
 from inferd.scheduling.jobs import Adapters, Job, Slot, refusal
 from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.textout import TextOut
+from inferd.scheduling.worker_line import WorkerLine, emit, record_finish
 from inferd.types import Delta, FinishReason
 
 log = logging.getLogger("inferd.genai")
@@ -84,15 +83,10 @@ class GenaiScheduler:
     def __init__(self, runtime: GenaiRuntime, name: str = "model", max_waiting: int = 1024):
         self.runtime, self.backend = runtime, runtime  # `backend`: the observer reads n_ctx_seq there
         self.lanes = runtime.lanes
-        self.name, self.max_waiting = name, max(1, max_waiting)
+        self.name = name
         self.slots = [Slot(i) for i in range(max(1, runtime.n_seq))]
-        self.waiting: collections.deque[Job] = collections.deque()
-        self._inbox: list[Job] = []
-        self._idle_calls = IdleCalls()
-        self._submitted = 0
-        self._cond = threading.Condition()
-        self._closing = False
-        self.dead: BaseException | None = None
+        self.line = WorkerLine(name, max_waiting)  # the same line and worker loop as generation.py's
+        self.waiting = self.line.waiting
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # rows per forward pass
         self.stats = GenStats()
@@ -110,34 +104,22 @@ class GenaiScheduler:
             problem = unsupported(j)
             if problem is not None:
                 raise InvalidInput(*problem)
-        with self._cond:
-            if self._closing:
-                raise ModelUnloaded(self.name)
-            if self.dead is not None:
-                raise InferenceFailed(f"the worker of model '{self.name}' died: {self.dead}")
-            waiting = len(self.waiting) + len(self._inbox)
-            if waiting >= self.max_waiting:
-                self.stats.rejected += 1
-                raise Overloaded(f"model '{self.name}' has {waiting} requests waiting for a slot; retry later",
-                                 retry_after_ms=1000)
-            for j in job.group:  # n > 1: each choice is a sequence of its own in the batch
-                self._submitted += 1
-                j.number = self._submitted
-                self._inbox.append(j)
-            self._cond.notify()
+        self.line.submit(job.group, self.stats)  # n > 1: each choice is a sequence of its own in the batch
 
     def cancel(self, job: Job) -> None:
-        with self._cond:
-            for j in job.group:
-                j.cancelled = True
-            self._cond.notify()
+        self.line.cancel(job)
 
     def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True,
                        default_only: bool = False) -> concurrent.futures.Future:
-        with self._cond:
-            fut = self._idle_calls.add(fn, reset_cache, self._submitted, default_only)
-            self._cond.notify()
-        return fut
+        return self.line.call_when_idle(fn, reset_cache, default_only)
+
+    @property
+    def dead(self) -> BaseException | None:
+        return self.line.dead
+
+    @property
+    def max_waiting(self) -> int:
+        return self.line.max_waiting
 
     @property
     def active(self) -> int:
@@ -145,45 +127,18 @@ class GenaiScheduler:
 
     @property
     def queued(self) -> int:
-        return len(self.waiting) + len(self._inbox)
+        return self.line.queued
 
     host_cache = None
     disk_cache = None
 
     def close(self, timeout: float = 60.0) -> bool:
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self.line.close(self._thread, timeout)
 
     # ---- worker thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    while not (self._inbox or self.waiting or self.active or self._idle_calls or self._closing):
-                        self._cond.wait()
-                    self.waiting.extend(self._inbox)
-                    self._inbox.clear()
-                    closing = self._closing
-                if closing:
-                    self._fail_all(lambda: ModelUnloaded(self.name))
-                    self._idle_calls.fail(lambda: ModelUnloaded(self.name))
-                    self._close_lanes()
-                    return
-                try:
-                    self._step()
-                except Exception as e:  # a failed forward pass loses every sequence in it
-                    log.exception("generation step failed on %s", self.name)
-                    self._fail_all(functools.partial(copy_error, e, "generation failed"))
-        except BaseException as e:  # never leave a request hanging, even on a bug
-            self.dead = e
-            log.exception("generation worker of %s died", self.name)
-            why = f"generation worker failed: {e}"
-            self._fail_all(lambda: InferenceFailed(why))
-            self._idle_calls.fail(lambda: InferenceFailed(why))
-            self._close_lanes()
+        # the native engine answers only the thread that made it: closed here, as the worker ends
+        self.line.run(self._step, lambda: self.active, self._fail_all, at_end=self._close_lanes)
 
     def _close_lanes(self) -> None:
         try:
@@ -195,8 +150,8 @@ class GenaiScheduler:
         now = time.perf_counter()
         self._drop_cancelled(now)
         running = [s.job for s in self.slots if s.job is not None]
-        if self._idle_calls.due(running, self.waiting):
-            self._idle_calls.run_first(lambda: None, lambda: None)
+        if self.line.idle_calls.due(running, self.waiting):
+            self.line.idle_calls.run_first(lambda: None, lambda: None)
         self._admit(now)
         if not self.active:
             return
@@ -224,7 +179,7 @@ class GenaiScheduler:
                 self._finish(slot.job, "cancelled", now)
 
     def _admit(self, now: float) -> None:
-        call = self._idle_calls.first
+        call = self.line.idle_calls.first
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
             i = next((k for k, j in enumerate(self.waiting) if call is None or not call.holds(j)), None)
@@ -235,7 +190,7 @@ class GenaiScheduler:
             problem = refusal(job, len(self.slots), self.runtime.n_ctx_seq)
             if problem is not None:
                 cls, message, param = problem
-                self._emit(job, Delta(error=cls(message, param)))
+                emit(job, Delta(error=cls(message, param)))
                 self._close_job(job)
                 continue
             slot = free[0]
@@ -248,7 +203,7 @@ class GenaiScheduler:
             try:
                 lane = self.lanes.start(job.prompt, job.sampler, job.max_tokens)
             except InferdError as e:
-                self._emit(job, Delta(error=e))
+                emit(job, Delta(error=e))
                 self._close_job(job)
                 continue
             self._lane_job[id(lane)] = job
@@ -278,7 +233,7 @@ class GenaiScheduler:
         elif len(job.generated) >= job.max_tokens:
             self._finish(job, "length", now, text, [tok])
         else:
-            self._emit(job, Delta(text=text, tokens=[tok], usage=job.usage(now)))
+            emit(job, Delta(text=text, tokens=[tok], usage=job.usage(now)))
 
     def _finish(self, job: Job, reason: FinishReason, now: float, text: str = "",
                 tokens: list[int] | None = None) -> None:
@@ -286,11 +241,8 @@ class GenaiScheduler:
             return
         if reason != "cancelled" and job.out is not None:
             text += job.out.flush()
-        usage, st = job.usage(now), self.stats
-        st.prompt_seconds += usage.prompt_seconds
-        st.predicted_seconds += usage.generation_seconds
-        st.n_tokens_max = max(st.n_tokens_max, usage.total_tokens)
-        self._emit(job, Delta(text=text, tokens=tokens or [], finish_reason=reason, usage=usage,
+        usage = record_finish(self.stats, job, now)
+        emit(job, Delta(text=text, tokens=tokens or [], finish_reason=reason, usage=usage,
                               stop_word=job.out.stop_word if job.out is not None else None))
         self._close_job(job, reason)
 
@@ -314,20 +266,9 @@ class GenaiScheduler:
         except Exception:
             log.exception("closing a sampler failed")
 
-    def _emit(self, job: Job, delta: Delta) -> None:
-        try:
-            job.sink(delta)
-        except Exception:  # the listener is gone: stop generating for it
-            log.debug("delta sink failed; cancelling", exc_info=True)
-            job.cancelled = True
-
     def _fail_all(self, make_error: Callable[[], BaseException]) -> None:
-        with self._cond:
-            self.waiting.extend(self._inbox)
-            self._inbox.clear()
-        jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
-        self.waiting.clear()
+        jobs = [s.job for s in self.slots if s.job is not None] + self.line.take_all()
         for job in jobs:
             if not job.done:
-                self._emit(job, Delta(error=make_error()))
+                emit(job, Delta(error=make_error()))
                 self._close_job(job)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import functools
 import logging
 import threading
 import time
@@ -50,10 +49,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import inferd.defaults as D
-from inferd.errors import InferdError, InferenceFailed, ModelUnloaded, Overloaded, copy_error
+from inferd.errors import InferdError, InferenceFailed, copy_error
 from inferd.observability.stats import GenStats
 from inferd.scheduling.disk_cache import DiskCache
-from inferd.scheduling.idle_calls import IdleCalls
 from inferd.scheduling.lora_slices import AdapterSlices
 from inferd.scheduling.drafting import add_drafts, remember, verify_drafts
 from inferd.scheduling.ngram import NgramDrafter, NgramPool
@@ -61,6 +59,7 @@ from inferd.scheduling.speculation import Drafters
 from inferd.scheduling.state_cache import HostCache
 from inferd.scheduling.state_tiers import StateTiers
 from inferd.scheduling.textout import TextOut
+from inferd.scheduling.worker_line import WorkerLine, emit, record_finish
 from inferd.scheduling.wakeups import step_wakeups
 from inferd.scheduling.jobs import (Adapters, Backend, Job, LoraBackend, MediaBackend, MediaChunk, Slot, common_prefix,
                                     refusal, snap_to_media)
@@ -81,17 +80,13 @@ class GenerationEngine:
     def __init__(self, backend: Backend, name: str = "model", max_waiting: int = 1024, host_cache_bytes: int = 0,
                  disk_cache: DiskCache | None = None, ngram_pool: int = D.SPEC_POOL_ENTRIES,
                  auto_ngram: bool = D.SPEC_AUTO):
-        self.backend, self.name, self.max_waiting = backend, name, max(1, max_waiting)
+        self.backend, self.name = backend, name
         # --cache-ram and --cache-dir: the prompt-cache tiers behind the slots (state_tiers.py)
         self.tiers = StateTiers(backend, host_cache_bytes, disk_cache)
         self.slots = [Slot(i) for i in range(backend.n_seq)]
-        self.waiting: collections.deque[Job] = collections.deque()
-        self._inbox: list[Job] = []
-        self._idle_calls = IdleCalls()  # call_when_idle (idle_calls.py)
-        self._submitted = 0
-        self._cond = threading.Condition()
-        self._closing = False
-        self.dead: BaseException | None = None
+        # submit, cancel, call_when_idle, close and the worker's loop (worker_line.py)
+        self.line = WorkerLine(name, max_waiting)
+        self.waiting = self.line.waiting  # admission order; the worker's alone
         self.steps = 0
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # sequences per decode
         self._media_slot: Slot | None = None  # the slot whose image span this step decodes
@@ -109,38 +104,23 @@ class GenerationEngine:
 
     # ---- any thread -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
-        with self._cond:
-            if self._closing:
-                raise ModelUnloaded(self.name)
-            if self.dead is not None:
-                raise InferenceFailed(f"the worker of model '{self.name}' died: {self.dead}")
-            waiting = len(self.waiting) + len(self._inbox)
-            if waiting >= self.max_waiting:
-                self.stats.rejected += 1
-                raise Overloaded(f"model '{self.name}' has {waiting} requests waiting for a slot; retry later",
-                                 retry_after_ms=1000)
-            self._submitted += 1
-            job.number = self._submitted
-            self._inbox.append(job)
-            self._cond.notify()
+        self.line.submit([job], self.stats)  # n > 1: the siblings ride on the first job
 
     def cancel(self, job: Job) -> None:
         """Stop `job` at the next step (no more tokens are generated for it)."""
-        with self._cond:
-            for j in job.group:
-                j.cancelled = True
-            self._cond.notify()
+        self.line.cancel(job)
 
     def call_when_idle(self, fn: Callable[[], Any], reset_cache: bool = True,
                        default_only: bool = False) -> concurrent.futures.Future:
-        """Run `fn` on the worker once every job submitted before this call has finished;
-        jobs submitted after it wait until `fn` has run. For changes that invalidate the KV
-        cache. `default_only`: a change of the default adapter set, which only the jobs
-        without their own set see: it waits for those alone, and holds only those."""
-        with self._cond:
-            fut = self._idle_calls.add(fn, reset_cache, self._submitted, default_only)
-            self._cond.notify()
-        return fut
+        return self.line.call_when_idle(fn, reset_cache, default_only)
+
+    @property
+    def dead(self) -> BaseException | None:
+        return self.line.dead
+
+    @property
+    def max_waiting(self) -> int:
+        return self.line.max_waiting
 
     @property
     def host_cache(self) -> HostCache | None:
@@ -156,51 +136,26 @@ class GenerationEngine:
 
     @property
     def queued(self) -> int:
-        return len(self.waiting) + len(self._inbox)
+        return self.line.queued
 
     def close(self, timeout: float = 60.0) -> bool:
         """Stop the worker: waiting and running jobs fail with ModelUnloaded (retryable).
         True once the worker thread has ended; False if it is still inside a step after
         `timeout`, and then the caller must not free the backend's native state under it."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._thread.join(timeout)
+        alive = self.line.close(self._thread, timeout)
         self.tiers.close()
-        return not self._thread.is_alive()
+        return alive
 
     # ---- worker thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    while not (self._inbox or self.waiting or self.active or self._idle_calls or self._closing):
-                        self._cond.wait()
-                    self.waiting.extend(self._inbox)
-                    self._inbox.clear()
-                    closing = self._closing
-                if closing:
-                    self._fail_all(lambda: ModelUnloaded(self.name))
-                    self._idle_calls.fail(lambda: ModelUnloaded(self.name))
-                    return
-                try:
-                    self._step()
-                except Exception as e:  # a failed decode loses every sequence in the batch
-                    log.exception("generation step failed on %s", self.name)
-                    self._fail_all(functools.partial(copy_error, e, "generation failed"))
-                    self._reset_cache()
-        except BaseException as e:  # never leave a request hanging, even on a bug
-            self.dead = e
-            log.exception("generation worker of %s died", self.name)
-            why = f"generation worker failed: {e}"
-            self._fail_all(lambda: InferenceFailed(why))
-            self._idle_calls.fail(lambda: InferenceFailed(why))
+        # a failed decode loses every sequence in the batch, and the cache it wrote
+        self.line.run(self._step, lambda: self.active, self._fail_all, after_failed_step=self._reset_cache)
 
     def _step(self) -> None:
         now = time.perf_counter()
         self._drop_cancelled(now)
-        if self._idle_calls.due([s.job for s in self.slots if s.job is not None], self.waiting):
-            self._idle_calls.run_first(self._reset_cache, self.tiers.refresh_disk)  # (a LoRA switch: another identity)
+        if self.line.idle_calls.due([s.job for s in self.slots if s.job is not None], self.waiting):
+            self.line.idle_calls.run_first(self._reset_cache, self.tiers.refresh_disk)  # (a LoRA switch: another identity)
         self._admit(now)
         present = {s.adapters for s in self.slots if s.job is not None}
         if not present:
@@ -252,7 +207,7 @@ class GenerationEngine:
                 continue
             self.slots[seq].cache.extend(toks)
             if job.return_progress and job.next_token is None and not job.generated:
-                self._emit(job, Delta(progress=(len(job.prompt), job.cached, len(self.slots[seq].cache),
+                emit(job, Delta(progress=(len(job.prompt), job.cached, len(self.slots[seq].cache),
                                                 round((now - job.t_admitted) * 1e3, 3))))
             if row >= 0:
                 if not job.generated and self.tiers.checkpoints:  # prefill done: the prompt's state,
@@ -283,7 +238,7 @@ class GenerationEngine:
                 self._finish(slot.job, "cancelled", now)
 
     def _admit(self, now: float) -> None:
-        call = self._idle_calls.first
+        call = self.line.idle_calls.first
         while self.waiting:
             free = [s for s in self.slots if s.job is None]
             # jobs after a pending idle call wait for it (those it concerns: the first other one goes)
@@ -300,7 +255,7 @@ class GenerationEngine:
             if problem is not None:
                 cls, message, param = problem
                 for j in job.group:  # one exception instance per job
-                    self._emit(j, Delta(error=cls(message, param)))
+                    emit(j, Delta(error=cls(message, param)))
                     self._close_job(j)
                 continue
             self._assign(job, free, now)
@@ -453,7 +408,7 @@ class GenerationEngine:
 
     def _fail_job(self, job: Job, e: InferdError) -> None:
         job.next_token = None
-        self._emit(job, Delta(error=e))
+        emit(job, Delta(error=e))
         self._close_job(job)
 
     def _take(self, job: Job, tok: int, row: int, now: float, forced: bool = False) -> None:
@@ -485,7 +440,7 @@ class GenerationEngine:
             self._finish(job, "length", now, text, [tok], lp)
         else:
             job.next_token = tok
-            self._emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
+            emit(job, Delta(text=text, tokens=[tok], logprobs=lp, usage=job.usage(now)))
 
     # ---- speculation (speculation.py) and context shift ----------------------------------------
     def _verify(self, job: Job, toks: list[int], row: int, now: float) -> None:
@@ -538,11 +493,8 @@ class GenerationEngine:
         if reason != "cancelled" and job.out is not None:
             text += job.out.flush()
         job.next_token = None
-        usage, st = job.usage(now), self.stats
-        st.prompt_seconds += usage.prompt_seconds  # llama-server's llamacpp:* metrics (/metrics)
-        st.predicted_seconds += usage.generation_seconds
-        st.n_tokens_max = max(st.n_tokens_max, usage.total_tokens)
-        self._emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
+        usage = record_finish(self.stats, job, now)
+        emit(job, Delta(text=text, tokens=tokens or [], logprobs=logprobs or [], finish_reason=reason,
                               usage=usage, stop_word=job.out.stop_word if job.out is not None else None))
         self._close_job(job, reason)
 
@@ -572,25 +524,13 @@ class GenerationEngine:
         except Exception:
             log.exception("closing a sampler failed")
 
-    def _emit(self, job: Job, delta: Delta) -> None:
-        try:
-            job.sink(delta)
-        except Exception:  # the listener is gone (closed loop): stop generating for it
-            log.debug("delta sink failed; cancelling", exc_info=True)
-            job.cancelled = True
-
     def _fail_all(self, make_error: Callable[[], BaseException]) -> None:
         """Fail every held job, each with its own exception instance (one shared instance
         would gather every request's traceback and context)."""
-        with self._cond:
-            self.waiting.extend(self._inbox)
-            self._inbox.clear()
-        jobs = [s.job for s in self.slots if s.job is not None]
-        jobs += [j for w in self.waiting for j in w.group]
-        self.waiting.clear()
+        jobs = [s.job for s in self.slots if s.job is not None] + self.line.take_all()
         for job in jobs:
             job.next_token = None
-            self._emit(job, Delta(error=make_error()))
+            emit(job, Delta(error=make_error()))
             self._close_job(job)
 
     def _reset_cache(self) -> None:
