@@ -24,7 +24,7 @@ from inferd.models import ModelSpec
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy
 from inferd.runtimes.onnx.florence_tasks import Task, parse, task_of
 from inferd.runtimes.onnx.image_prep import ImagePrep
-from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session
+from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session, load_decoders
 from inferd.runtimes.options import RuntimeOptions
 from inferd.types import ReadItem, ReadOutput, TextRegion
 
@@ -50,17 +50,7 @@ class Florence2Reader:
         self.prep = ImagePrep.from_file(_need(folder, "preprocessor_config.json"))
         self.tokenizer = Tokenizer.from_file(str(_need(folder, "tokenizer.json")))
         self.vision, self.embed_tokens, self.encoder = (_session(_need(folder, g), threads) for g in GRAPHS)
-        first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
-                                                            "decoder_model_merged.onnx"))
-        if first is not None and past is not None:
-            self.decoder, self.with_past, self.merged = _session(first, threads), _session(past, threads), False
-        elif merged is not None:
-            self.decoder = self.with_past = _session(merged, threads)
-            self.merged = True
-        else:
-            raise ModelLoadFailed(f"reader '{name}': needs decoder_model_merged.onnx, or decoder_model.onnx + "
-                                  f"decoder_with_past_model.onnx, in {folder}")
-        self.n_layers = sum(1 for i in self.with_past.get_inputs() if i.name.endswith(".decoder.key"))
+        self.decoder, self.with_past, self.merged, self.n_layers = load_decoders(folder, name, threads)
         self.gen = GenConfig.from_json(gen, {**text_cfg, **cfg})
         start = gen.get("decoder_start_token_id", text_cfg.get("decoder_start_token_id", cfg.get("decoder_start_token_id")))
         if start is None:

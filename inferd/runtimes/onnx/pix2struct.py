@@ -23,7 +23,7 @@ import numpy as np
 from inferd.errors import InvalidInput, ModelLoadFailed
 from inferd.models import ModelSpec
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy
-from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session
+from inferd.runtimes.onnx.vision_seq2seq import _Decoder, _find, _json, _need, _session, load_decoders
 from inferd.runtimes.options import RuntimeOptions
 from inferd.types import ReadItem, ReadOutput
 
@@ -127,17 +127,7 @@ class Pix2StructReader:
         self.prep = Pix2StructPrep({**pc, "is_vqa": pc.get("is_vqa", cfg.get("is_vqa", False))}, _font(folder))
         self.tokenizer = Tokenizer.from_file(str(_need(folder, "tokenizer.json")))
         self.encoder: Any = _session(_need(folder, "encoder_model.onnx"), threads)
-        first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
-                                                            "decoder_model_merged.onnx"))
-        if first is not None and past is not None:
-            self.decoder, self.with_past, self.merged = _session(first, threads), _session(past, threads), False
-        elif merged is not None:
-            self.decoder = self.with_past = _session(merged, threads)
-            self.merged = True
-        else:
-            raise ModelLoadFailed(f"reader '{name}': needs decoder_model.onnx + decoder_with_past_model.onnx, or "
-                                  f"decoder_model_merged.onnx, in {folder}")
-        self.n_layers = sum(1 for i in self.with_past.get_inputs() if i.name.endswith(".decoder.key"))
+        self.decoder, self.with_past, self.merged, self.n_layers = load_decoders(folder, name, threads)
         self.gen = GenConfig.from_json(gen, {**(cfg.get("text_config") or {}), **cfg})
         start = gen.get("decoder_start_token_id", cfg.get("decoder_start_token_id"))
         self.start_id = int(start if start is not None else self.gen.pad)

@@ -49,6 +49,22 @@ def _need(folder: Path, name: str) -> Path:
         raise ModelLoadFailed(f"missing {name} in {folder}")
     return p
 
+def load_decoders(folder: Path, name: str, threads: int | None) -> tuple[Any, Any, bool, int]:
+    """optimum's decoder graphs in `folder`: (first-pass graph, with-past graph, merged?, decoder
+    layers). The split pair wins when both forms are there; the merged graph serves as both."""
+    first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
+                                                        "decoder_model_merged.onnx"))
+    if first is not None and past is not None:
+        decoder, with_past, is_merged = _session(first, threads), _session(past, threads), False
+    elif merged is not None:
+        decoder = with_past = _session(merged, threads)
+        is_merged = True
+    else:
+        raise ModelLoadFailed(f"reader '{name}': needs decoder_model.onnx + decoder_with_past_model.onnx, or "
+                              f"decoder_model_merged.onnx, in {folder}")
+    n_layers = sum(1 for i in with_past.get_inputs() if i.name.endswith(".decoder.key"))
+    return decoder, with_past, is_merged, n_layers
+
 
 class _Decoder:
     """The `Step` of decoding.py over the decoder graphs, for one encoder batch: either
@@ -181,18 +197,7 @@ class VisionSeq2Seq:
         if encoder is None:
             raise ModelLoadFailed(f"reader '{name}': missing encoder_model.onnx in {folder}")
         self.encoder: Any = _session(encoder, threads)
-        first, past, merged = (_find(folder, f) for f in ("decoder_model.onnx", "decoder_with_past_model.onnx",
-                                                            "decoder_model_merged.onnx"))
-        if first is not None and past is not None:
-            self.decoder = _session(first, threads)
-            self.with_past, self.merged = _session(past, threads), False
-        elif merged is not None:
-            self.decoder = self.with_past = _session(merged, threads)
-            self.merged = True
-        else:
-            raise ModelLoadFailed(f"reader '{name}': needs decoder_model.onnx + decoder_with_past_model.onnx, or "
-                                  f"decoder_model_merged.onnx, in {folder}")
-        self.n_layers = sum(1 for i in self.with_past.get_inputs() if i.name.endswith(".decoder.key"))
+        self.decoder, self.with_past, self.merged, self.n_layers = load_decoders(folder, name, threads)
         self.gen = GenConfig.from_json(gen, {**(cfg.get("decoder") or {}), **cfg})
         start = gen.get("decoder_start_token_id", cfg.get("decoder_start_token_id"))
         if start is None:
