@@ -178,12 +178,7 @@ class WhisperRuntime:
                 ratio = compression_ratio(text)
                 cand = (r, avg_logprob, temperature, ratio)
                 candidates[i].append(cand)
-                fallback = (opts.compression_ratio_threshold is not None and ratio > opts.compression_ratio_threshold) \
-                    or (opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold)
-                if (opts.no_speech_threshold is not None and r.no_speech_prob > opts.no_speech_threshold
-                        and opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold):
-                    fallback = False  # silence: no temperature will find words in it
-                if fallback:
+                if needs_fallback(opts, ratio, avg_logprob, r.no_speech_prob):
                     still.append(i)
                 else:
                     picked[i] = cand
@@ -226,6 +221,18 @@ def _rows(ctranslate2, enc, idx: list[int]):
 def compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def needs_fallback(opts: Any, ratio: float, avg_logprob: float, no_speech_prob: float) -> bool:
+    """Whisper's temperature fallback rule (faster-whisper's): retry hotter when the text
+    repeats itself (compression ratio) or is unlikely (average log-probability), unless the
+    window is silence, where no temperature will find words."""
+    fallback = (opts.compression_ratio_threshold is not None and ratio > opts.compression_ratio_threshold) \
+        or (opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold)
+    if (opts.no_speech_threshold is not None and no_speech_prob > opts.no_speech_threshold
+            and opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold):
+        return False
+    return fallback
 
 
 def split_by_timestamps(tokens: list[int], ts_begin: int, offset: float, duration: float,

@@ -27,7 +27,7 @@ import numpy as np
 from inferd.errors import CapabilityMissing, InvalidInput, ModelLoadFailed
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy, log_softmax
 from inferd.runtimes.speech.mel import LogMel
-from inferd.runtimes.speech.whisper import compression_ratio, split_by_timestamps
+from inferd.runtimes.speech.whisper import compression_ratio, needs_fallback, split_by_timestamps
 from inferd.speech_types import Chunk, ChunkResult, DecodeOptions, Segment
 
 log = logging.getLogger("inferd.runtimes.speech")
@@ -407,12 +407,7 @@ class WhisperOnnxRuntime:
                 ratio = compression_ratio(self.text(t).strip())
                 cand = (t, avg, ns, temperature, ratio)
                 candidates[r].append(cand)
-                fallback = (opts.compression_ratio_threshold is not None and ratio > opts.compression_ratio_threshold) \
-                    or (opts.log_prob_threshold is not None and avg < opts.log_prob_threshold)
-                if (opts.no_speech_threshold is not None and ns > opts.no_speech_threshold
-                        and opts.log_prob_threshold is not None and avg < opts.log_prob_threshold):
-                    fallback = False  # silence: no temperature will find words in it
-                if fallback:
+                if needs_fallback(opts, ratio, avg, ns):
                     still.append(r)
                 else:
                     picked[r] = cand
