@@ -381,9 +381,12 @@ def test_requests_with_different_options_share_a_cohort_and_stay_exact(srv):
     try:
         async def scenario():
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+                started = h.stats.cohorts
                 busy = asyncio.create_task(c.post("/ai/v1/rewrite", json={
                     "model": "bart-optimum", "inputs": ["keep the worker busy"], "max_tokens": 20}))
-                while not h.scheduler.active:
+                # the busy cohort has started (its encoder pass and first step both counted), so the
+                # counts below are the four requests' alone
+                while not h.scheduler.active or h.stats.cohorts == started:
                     await asyncio.sleep(0.005)
                 passes, cohorts = h.stats.encoder_passes, h.stats.cohorts
                 rs = await asyncio.gather(*(c.post("/ai/v1/rewrite", json={
