@@ -8,12 +8,11 @@ without their ONNX export, is still listed, with the reason, and refused with a 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import ModelNotSupported
-from inferd.kinds.spec import KindSpec, batched, folder_of, lazy
+from inferd.kinds.spec import KindSpec, batched, config_of, folder_of, has_file, lazy
 from inferd.models import ModelKind, ModelSpec
 
 if TYPE_CHECKING:
@@ -58,30 +57,18 @@ def load(spec: ModelSpec, opts: RuntimeOptions) -> EncoderHandle[Any]:
     return _RUNTIMES[family](spec, opts)
 
 
-def _config(folder: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((folder / "config.json").read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _has(folder: Path, name: str) -> bool:
-    return (folder / name).is_file() or (folder / "onnx" / name).is_file()
-
-
 def reader_info(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """{"reader": family} for a served reader, plus {"unsupported": reason} for one inferd
     cannot run. A manifest's "reader" ("ppocr", "trocr", "donut") wins over detection, except
     for the architectures named in config.json."""
     folder = folder_of(path)
-    cfg = _config(folder)
+    cfg = config_of(folder)
     words = " ".join([str(cfg.get("model_type", "")), *map(str, cfg.get("architectures") or []),
                       str(manifest.get("architecture", "")), str(manifest.get("family", ""))]).lower()
     for marker, (family, arch, graphs, where) in EXPORTS.items():
         if marker in words:
-            missing = [f for f in graphs if not _has(folder, f)]
-            if not any(all(_has(folder, f) for f in pair) for pair in DECODERS):
+            missing = [f for f in graphs if not has_file(folder, f)]
+            if not any(all(has_file(folder, f) for f in pair) for pair in DECODERS):
                 missing.append("decoder_model_merged.onnx (or decoder_model.onnx + decoder_with_past_model.onnx)")
             if missing:
                 return {"reader": family, "unsupported": f"unsupported architecture {arch} in this layout: inferd "

@@ -119,15 +119,23 @@ def folder_of(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
+def config_of(folder: Path) -> dict[str, Any]:
+    """The folder's config.json as a dict; {} when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads((folder / "config.json").read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def has_file(folder: Path, name: str) -> bool:
+    """`name` in the folder or its onnx/ subfolder (where optimum-style exports put graphs)."""
+    return (folder / name).is_file() or (folder / "onnx" / name).is_file()
+
+
 def architectures(folder: Path) -> list[str]:
     """config.json's `architectures` (T5ForConditionalGeneration, ...); [] without one."""
-    cfg = folder / "config.json"
-    if not cfg.is_file():
-        return []
-    try:
-        return list(json.loads(cfg.read_text()).get("architectures") or [])
-    except (ValueError, AttributeError):
-        return []
+    return list(config_of(folder).get("architectures") or [])
 
 
 def declared(manifest: dict[str, Any]) -> set[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import ModelLoadFailed, ModelNotSupported
-from inferd.kinds.spec import KindSpec, file_size, folder_of
+from inferd.kinds.spec import KindSpec, config_of, file_size, folder_of, has_file
 from inferd.models import ModelKind, ModelSpec, onnx_files
 
 if TYPE_CHECKING:
@@ -63,38 +63,26 @@ def speech_capabilities(folder: Path, fmt: str) -> set[str]:
 WHISPER_ONNX_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json")
 
 
-def _config(folder: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((folder / "config.json").read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _has(folder: Path, name: str) -> bool:
-    return (folder / name).is_file() or (folder / "onnx" / name).is_file()
-
-
 def transcriber_info(path: Path, fmt: str) -> dict[str, Any]:
     """{"transcriber": "ctranslate2" | "whisper-onnx" | "ctc"}, plus {"unsupported": reason}
     for an ONNX folder inferd cannot run (pure file inspection: nothing is loaded)."""
     if fmt != "onnx":
         return {"transcriber": fmt}
     folder = folder_of(path)
-    cfg = _config(folder)
+    cfg = config_of(folder)
     words = " ".join([str(cfg.get("model_type", "")), *map(str, cfg.get("architectures") or [])]).lower()
-    if "whisper" in words or _has(folder, "encoder_model.onnx"):
+    if "whisper" in words or has_file(folder, "encoder_model.onnx"):
         missing = [f for f in WHISPER_ONNX_FILES if not (folder / f).is_file()]
-        if not _has(folder, "encoder_model.onnx"):
+        if not has_file(folder, "encoder_model.onnx"):
             missing.insert(0, "encoder_model.onnx")
-        if not (_has(folder, "decoder_model.onnx") and _has(folder, "decoder_with_past_model.onnx")) \
-                and not _has(folder, "decoder_model_merged.onnx"):
+        if not (has_file(folder, "decoder_model.onnx") and has_file(folder, "decoder_with_past_model.onnx")) \
+                and not has_file(folder, "decoder_model_merged.onnx"):
             missing.append("decoder_model.onnx + decoder_with_past_model.onnx (or decoder_model_merged.onnx)")
         if missing:
             return {"transcriber": "whisper-onnx",
                     "unsupported": f"incomplete Whisper ONNX export: missing {', '.join(missing)}"}
         return {"transcriber": "whisper-onnx"}
-    if path.is_file() or _has(folder, "model.onnx"):
+    if path.is_file() or has_file(folder, "model.onnx"):
         return {"transcriber": "ctc"}
     kind = cfg.get("model_type") or (cfg.get("architectures") or ["?"])[0]
     return {"transcriber": "unknown", "unsupported": f"unsupported transcriber {kind}: neither a Whisper ONNX "

@@ -60,12 +60,7 @@ class WhisperRuntime:
         if opts.task == "translate" and not self.multilingual:
             raise CapabilityMissing(f"model '{self.name}' is English-only: it lacks the 'translate' capability "
                                     "(use a multilingual Whisper model to translate)")
-        if language is not None and language not in self.languages:
-            if not self.multilingual:
-                raise InvalidInput(f"model '{self.name}' is English-only: language must be 'en' or 'auto', "
-                                   f"not '{language}'", "language")
-            raise InvalidInput(f"unknown language '{language}' (use an ISO 639-1 code such as 'en', or 'auto')",
-                               "language")
+        check_language(self.name, language, self.languages, self.multilingual)
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]  # CTranslate2 frees the weights with the object
@@ -216,6 +211,16 @@ class WhisperRuntime:
 def _rows(ctranslate2, enc, idx: list[int]):
     """Encoder output rows `idx` as a new StorageView (CPU: a copy of a few MB at most)."""
     return ctranslate2.StorageView.from_array(np.ascontiguousarray(np.asarray(enc)[idx]))
+
+
+def check_language(name: str, language: str | None, languages: Any, multilingual: bool) -> None:
+    """A requested language the model has no token for is a 400 (English-only models: 'en')."""
+    if language is None or language in languages:
+        return
+    if not multilingual:
+        raise InvalidInput(f"model '{name}' is English-only: language must be 'en' or 'auto', not '{language}'",
+                           "language")
+    raise InvalidInput(f"unknown language '{language}' (use an ISO 639-1 code such as 'en', or 'auto')", "language")
 
 
 def compression_ratio(text: str) -> float:

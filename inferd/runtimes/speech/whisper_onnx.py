@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import CapabilityMissing, InvalidInput, ModelLoadFailed
+from inferd.errors import CapabilityMissing, ModelLoadFailed
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy, log_softmax
 from inferd.runtimes.speech.mel import LogMel
-from inferd.runtimes.speech.whisper import compression_ratio, needs_fallback, split_by_timestamps
+from inferd.runtimes.speech.whisper import check_language, compression_ratio, needs_fallback, split_by_timestamps
 from inferd.speech_types import Chunk, ChunkResult, DecodeOptions, Segment
 
 log = logging.getLogger("inferd.runtimes.speech")
@@ -164,12 +164,7 @@ class WhisperOnnxRuntime:
         if opts.word_timestamps:
             raise CapabilityMissing(f"model '{self.name}' is a Whisper ONNX export: it lacks the "
                                     "'word_timestamps' capability (its graphs give no cross-attention weights)")
-        if language is not None and language not in self.languages:
-            if not self.multilingual:
-                raise InvalidInput(f"model '{self.name}' is English-only: language must be 'en' or 'auto', "
-                                   f"not '{language}'", "language")
-            raise InvalidInput(f"unknown language '{language}' (use an ISO 639-1 code such as 'en', or 'auto')",
-                               "language")
+        check_language(self.name, language, self.languages, self.multilingual)
 
     def close(self) -> None:
         self.encoder = self.first = self.with_past = None  # type: ignore[assignment]
