@@ -26,7 +26,8 @@ def same_vocab(a: LlamaGenerator, b: LlamaGenerator) -> str | None:
 
 def load_draft(dspec: ModelSpec, target: LlamaGenerator, opts: RuntimeOptions) -> LlamaGenerator:
     draft = LlamaGenerator(dspec, n_seq=target.n_seq, n_threads=opts.threads, n_ctx=target.n_ctx_seq,
-                           n_batch=target.n_batch, cache_dtype=target.cache_dtype, n_gpu_layers=opts.n_gpu_layers)
+                           n_batch=target.n_batch, cache_dtype=target.cache_dtype, n_gpu_layers=opts.n_gpu_layers,
+                           swa_full=True)  # a draft rolls back over several one-token decodes
     why = same_vocab(target, draft)
     if why is not None:
         draft.close()

@@ -49,9 +49,11 @@ class LlamaGenerator:
     def __init__(self, spec: ModelSpec, n_seq: int = 4, n_threads: int | None = None,
                  n_ctx: int | None = None, n_batch: int = DEFAULT_BATCH, mmproj: Path | None = None,
                  cache_dtype: str = "f16", n_gpu_layers: int = 0, mmproj_threads: int | None = None,
-                 mmproj_gpu: bool = True, builtin_templates: Mapping[str, str] | None = None):
+                 mmproj_gpu: bool = True, builtin_templates: Mapping[str, str] | None = None,
+                 swa_full: bool | None = None):
         """`builtin_templates`: architecture -> the chat template of GGUFs that ship none (gemma);
-        passed in by the loader (inferd/chat has them: a runtime imports nothing above it)."""
+        passed in by the loader (inferd/chat has them: a runtime imports nothing above it).
+        `swa_full`: None = only with several sequences (context.py says why)."""
         self.spec, self.name = spec, spec.name
         self.size_bytes = 0  # weights + KV cache, estimated below (the registry's memory budget)
         if cache_dtype not in KV_TYPES:
@@ -74,7 +76,8 @@ class LlamaGenerator:
             self.n_seq = n_seq
             self.n_batch = max(n_batch, n_seq)  # every generating sequence fits one step
             cfg = ContextConfig(n_seq=n_seq, n_ctx_seq=self.n_ctx_seq, n_batch=self.n_batch,
-                                n_threads=n_threads or os.cpu_count() or 1, cache_dtype=cache_dtype)
+                                n_threads=n_threads or os.cpu_count() or 1, cache_dtype=cache_dtype,
+                                swa_full=n_seq > 1 if swa_full is None else swa_full)
             self.ctx = LlamaContext(self.model, cfg)
             self.projector: Projector | None = None
             if mmproj is not None:  # images in prompts (vision.py)
@@ -251,9 +254,13 @@ class LlamaGenerator:
     def reusable(self, seq: int, n: int) -> bool:
         """May `seq`, cut to its first `n` tokens, be resumed at position n? Its cells must reach
         back as far as the window of position n (llama.cpp's SWA mask: a key at p0 is seen from
-        p1 when p1 - p0 < n_swa); without a window every cell from 0 is needed."""
+        p1 when p1 - p0 < n_swa); without a window every cell from 0 is needed. No cell at all
+        (-1) fits only an empty prefix: cut back past a window cache's oldest cell, the
+        sequence is empty there though its full-attention layers still hold the prefix."""
         pos_min = self.ctx.seq_pos_min(seq)
-        if pos_min <= 0:
+        if pos_min < 0:
+            return n == 0
+        if pos_min == 0:
             return True
         n_swa, _recurrent = self._memory_kind
         return bool(n_swa) and pos_min <= n - n_swa + 1
