@@ -32,6 +32,7 @@ from inferd.api.ollama import embed as ollama_embed
 from inferd.api.ollama import gen as ollama_gen
 from inferd.api.ollama import routes as ollama_routes
 from inferd.api.openai import embed as openai_embed
+from inferd.api.fast_lane import FastLane, embedding_lanes
 from inferd.api.openai import audio as openai_audio
 from inferd.api.openai import files as openai_files
 from inferd.api import infill, llama_helpers, models_routes
@@ -155,6 +156,9 @@ def create_app(settings: Settings, service: InferenceService | None = None,
     openapi_doc.install(app)  # the real statuses and envelopes, not FastAPI's 422
 
     # Outermost last: RequestContext sees every response, including auth and size refusals.
+    # Innermost: the framework-free embeddings route (inside the cluster forwarder, which
+    # passes on only what this process serves itself).
+    app.add_middleware(FastLane, service=service, lanes=embedding_lanes())
     for cls, kwargs in inner_middleware or ():
         app.add_middleware(cls, **kwargs)
     # Inside auth and CORS (its 503s get both), outside the cluster forwarder (drain gates all).

@@ -151,6 +151,7 @@ router = APIRouter()
 @router.post("/embeddings")
 async def embeddings(req: EmbeddingRequest, request: Request,
                      svc: InferenceService = Depends(get_service)) -> Response:
+    """Also answered, framework-free, by api/fast_lane.py (the same function, called there)."""
     check_dense(svc.spec_for(req.model, ModelKind.EMBEDDER))  # before any model work
     work = svc.embed(req.model, embed_inputs(req), dimensions=req.dimensions, truncate=req.truncate)
     r = await cancel_on_disconnect(request, work)  # a gone client's inputs are skipped by the batcher
