@@ -74,6 +74,6 @@ def embedding_lanes() -> dict[str, Lane]:
     """The lanes, bound to the routes they stand in for (their path labels the metrics)."""
     from inferd.api.openai import embed
 
-    by_path = {r.path: r for r in embed.router.routes if "POST" in getattr(r, "methods", ())}
+    by_path = {getattr(r, "path", ""): r for r in embed.router.routes if "POST" in getattr(r, "methods", ())}
     return {path: Lane(embed.EmbeddingRequest, embed.embeddings, by_path[path])
             for path in ("/v1/embeddings", "/embeddings")}
