@@ -12,14 +12,16 @@ best of --rounds per side; one unmeasured start of each first, so that both read
 the page cache and inferd's llama.cpp self-check verdict (selfcheck.py) is cached, as on any
 start after the first.
 
-inferd serves all its built-ins (no models_dir): every built-in model is found at start and
-loaded on first use; the request loads the generator.
+inferd serves all its built-ins (no models_dir): every built-in model is found at start; the
+built-in generators begin loading in the background (`--preload auto`, the default) while the
+web stack is imported, the others load on first use. `--lazy` adds inferd with `--preload
+none`, where the request loads the generator.
 
 llama-server: the binary bench/generation.py's `--build-peer` caches under ~/.cache/inferd-bench
 (or --peer-bin PATH).
 
     python bench/startup.py [--rounds 3] [--threads N] [--parallel 4] [--ctx 2048] [--peer-bin PATH]
-                            [--src DIR]
+                            [--src DIR] [--lazy]
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ def main() -> None:
     ap.add_argument("--peer-bin", type=Path, help="a llama-server binary (default: the cached build)")
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--src", help="another inferd source tree (say `git archive main`) measured as `inferd before`")
+    ap.add_argument("--lazy", action="store_true", help="also inferd with --preload none (every load on first use)")
     a = ap.parse_args()
     gguf = gemma_path()
     binary = None if a.no_peer else peer_binary(a.peer_bin)
@@ -143,6 +146,9 @@ def main() -> None:
     sides = {"inferd": lambda port: (inferd_argv(port, a.threads, a.parallel, a.ctx), inferd_env())}
     if a.src:
         sides["inferd before"] = lambda port: (inferd_argv(port, a.threads, a.parallel, a.ctx), inferd_env(a.src))
+    if a.lazy:
+        sides["inferd lazy"] = lambda port: ([*inferd_argv(port, a.threads, a.parallel, a.ctx), "--preload", "none"],
+                                             inferd_env())
     if binary is not None:
         sides["llama-server"] = lambda port: (peer_argv(binary, gguf, port, a.threads, a.parallel, a.ctx), None)
     print(f"gemma-3-270m Q4_K_M, {a.threads} threads, {a.parallel} slots of {a.ctx} tokens, "

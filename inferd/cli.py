@@ -6,24 +6,20 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from inferd import __version__
 from inferd.cli_api import Command, install, settings_from
 from inferd.config import COMMON, LOCAL, MODEL, SERVE
 from inferd.errors import ConfigError
-from inferd.models import ModelSpec
+from inferd.models import ModelKind, ModelSpec
 
 log = logging.getLogger("inferd")
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
-    import uvicorn
-
-    from inferd.api.app import create_app
     from inferd.logs import setup_logging
-    from inferd.api.server import DrainingServer
     from inferd.registry.pull.cli import prepare_serve
     from inferd.service import InferenceService
 
@@ -37,6 +33,14 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
         return serve_on_ray(ns.ray, ns.cluster_config, settings)
     service = InferenceService.from_settings(settings)
+    # Before the web stack is imported: the native load (llama.cpp's vocabulary alone is ~0.5 s)
+    # runs beside those imports on the second core (issue 31, docs/benchmarks.md "Cold start").
+    service.registry.preload(preload_names(settings.preload, service.registry.specs.values()))
+    import uvicorn
+
+    from inferd.api.app import create_app
+    from inferd.api.server import DrainingServer
+
     log.info("inferd %s serving %d models on http://%s:%d", __version__, len(service.registry.specs),
              settings.host, settings.port)
     for spec in service.registry.specs.values():
@@ -58,6 +62,23 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     server = DrainingServer(config, service.observer.drain, after_start=[summary])
     server.run()
     return 0 if server.started else 1
+
+
+def preload_names(asked: list[str], specs: Iterable[ModelSpec]) -> list[str]:
+    """--preload's names: `auto` is the built-in generators (gemma-3-270m first, the model the
+    benchmarks start) unless another generator is configured, whose owner names it; `none`
+    is nothing; any other word is a model name (checked by the registry)."""
+    specs = list(specs)
+    if asked in (["none"], [""], []):
+        return []
+    if asked == ["auto"]:
+        gens = [s for s in specs if s.kind is ModelKind.GENERATOR]
+        if any(s.source != "builtin" for s in gens):
+            return []
+        return [s.name for s in sorted(gens, key=lambda s: s.name != "gemma-3-270m")]
+    if "auto" in asked or "none" in asked:
+        raise ConfigError("--preload: 'auto' and 'none' stand alone, not in a list of names")
+    return asked
 
 
 def wait_idle(busy: Callable[[], bool], quiet_s: float = 1.0, at_most_s: float = 30.0) -> None:

@@ -161,6 +161,11 @@ class Settings(BaseSettings):
     # -- loading: models in memory
     keep_alive: Duration = option(300.0, "unload a model this long after its last use (300, 5m, 1h; -1 = never)",
                                   group="loading")
+    preload: CommaList = option(help="models `inferd serve` begins loading at start, in the background (health "
+                                "does not wait; a request for one waits for its load), then kept like any "
+                                "other; auto: the built-in generators when no other generator is configured; "
+                                "none: load everything on first use", factory=lambda: ["auto"], shown="auto",
+                                metavar="NAMES", group="loading")
     max_loaded_models: int = option(4, "models loaded at once; beyond it idle ones are unloaded, LRU", ge=1,
                                     group="loading")
     # 0 = none; idle models are evicted LRU to make room, and one that cannot fit is a 507

@@ -16,6 +16,10 @@ for var in [k for k in os.environ if k.startswith("INFERD_")]:
 # The llama.cpp self-check's verdicts go to a folder of this run, not the user's cache: every
 # run probes each quantization type afresh (about 0.3 s each), as a new install would.
 os.environ["INFERD_SELFCHECK_DIR"] = tempfile.mkdtemp(prefix="inferd-selfcheck-")
+# `inferd serve` children load on first use, as before --preload: a dozen test servers with the
+# built-ins would otherwise each load two generators nobody asks for (tests/test_preload.py
+# covers --preload, which a flag overrides).
+os.environ["INFERD_PRELOAD"] = "none"
 
 
 @pytest.fixture(autouse=True)

@@ -126,3 +126,54 @@ async def test_no_runtime_for_format_is_clear():
     with pytest.raises(NotImplementedYet, match="reader models in weird format"):
         async with reg.use("x"):
             pass
+
+
+# ---- preload (inferd serve --preload) ----------------------------------------------------------
+class ThreadLoads(Loads):
+    def __call__(self, spec):
+        self.thread = threading.current_thread().name
+        return super().__call__(spec)
+
+
+def test_preload_loads_on_its_own_thread_before_any_event_loop_and_the_first_use_adopts_it():
+    loads = ThreadLoads(delay=0.3)
+    reg = make(loads)
+    t0 = time.monotonic()
+    assert reg.preload(["b", "a"]) == ["b", "a"]
+    assert time.monotonic() - t0 < 0.2  # it does not wait for the loads
+    assert reg.loaded == {}  # registered only once a loop adopts them
+
+    async def serve():
+        reg.start()
+        async with reg.use("a") as m:
+            got = m
+        await asyncio.sleep(0.4)  # "b" came first; both are registered
+        await reg.close()
+        return got
+
+    got = asyncio.run(serve())
+    assert got.name == "a" and loads.calls == ["b", "a"]  # one load each, in the order asked
+    assert loads.thread == "preload" and reg.loads == 2
+
+
+def test_a_failed_preload_is_reported_once_and_retried_on_first_use():
+    loads = Loads(fail_first=1)
+    reg = make(loads)
+    reg.preload(["a"])
+    time.sleep(0.1)
+
+    async def serve():
+        with pytest.raises(ModelLoadFailed, match="disk on fire"):
+            async with reg.use("a"):
+                pass
+        async with reg.use("a") as m:  # a new load, not the failed preload again
+            return m
+
+    assert asyncio.run(serve()).name == "a" and loads.calls == ["a", "a"]
+
+
+def test_preload_of_an_unknown_name_is_a_config_error():
+    from inferd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--preload"):
+        make(Loads()).preload(["nope"])

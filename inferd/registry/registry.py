@@ -8,6 +8,11 @@ Every waiter gets the model or the same error; at most one load per model runs, 
 of different models run one at a time (`max_loading`), as Ollama does. A failed load raises
 ModelLoadFailed and is retried next time.
 
+Preload (`preload`, from `inferd serve --preload`): a load begun on a thread before the event
+loop runs, so that it overlaps the rest of the start (the web stack's imports, the socket);
+the first request, or `start()`, adopts it as the model's load task, so it is registered,
+counted and kept alive like any other load.
+
 Memory budget (`max_memory` bytes, 0 = none): a load first evicts idle models, least
 recently used first, until the model's estimated size fits; if it cannot fit even then it
 is MemoryBudgetExceeded (507). Estimates: before loading, from the files (`estimate`); once
@@ -16,9 +21,11 @@ loaded, the handle's own `size_bytes` (weights + KV cache for generators)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -76,6 +83,7 @@ class Registry:
     _loading: dict[str, asyncio.Task] = field(default_factory=dict)
     _load_gate: asyncio.Semaphore | None = None
     _reaper: asyncio.Task | None = None
+    _early: dict[str, concurrent.futures.Future] = field(default_factory=dict)  # preloads not yet adopted
     # Getting models at run time (service/models.py): `listener(event, fields)` hears loading,
     # loaded, failed, unloaded; with `fetch_missing`, a name `downloadable` says it can fetch
     # resolves to a pending spec that is downloaded (once, in the load task, before the load
@@ -202,13 +210,45 @@ class Registry:
         if entry is not None:
             entry.last_used = self.clock()
             return entry
+        return await asyncio.shield(self._load_started(spec))
+
+    def _load_started(self, spec: ModelSpec) -> asyncio.Task:
+        """The model's load task: the one running, or a new one."""
         task = self._loading.get(spec.name)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._load_task(spec), name=f"load:{spec.name}")
             self._loading[spec.name] = task
             # Retrieve a failure even when every waiter has gone, so it is never logged as lost.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return await asyncio.shield(task)
+        return task
+
+    def preload(self, names: Iterable[str]) -> list[str]:
+        """Begin loading these served models now, one after another on a thread of their own
+        (no event loop is needed: called before the server runs), in the order given. -> their
+        names. An unknown name is a ConfigError; a load that fails is logged when adopted and
+        retried on first use."""
+        try:
+            specs = [self.resolve(n) for n in names]
+        except ModelNotFound as e:
+            raise ConfigError(f"--preload: {e.message}") from e
+        todo = []
+        for spec in specs:
+            if spec.name in self.loaded or spec.name in self._early or spec.source == "download":
+                continue
+            self._early[spec.name] = fut = concurrent.futures.Future()
+            todo.append((spec, self.loader_for(spec), fut))
+
+        def run() -> None:
+            for spec, loader, fut in todo:
+                log.info("preloading %s %s (%s)", spec.kind.value, spec.name, spec.format)
+                try:
+                    fut.set_result(loader(spec))
+                except BaseException as e:  # noqa: BLE001 (delivered to the adopting load)
+                    fut.set_exception(e)
+
+        if todo:
+            threading.Thread(target=run, name="preload", daemon=True).start()
+        return [s.name for s in specs]
 
     async def _load_task(self, spec: ModelSpec) -> Loaded:
         key = spec.name
@@ -222,6 +262,8 @@ class Registry:
                 self.aliases[pending.name] = spec.name
                 if spec.name in self.loaded:
                     return self.loaded[spec.name]
+            if spec.name in self._early:  # a preload, already running on its thread: not gated
+                return await self._load(spec)
             if self._load_gate is None:
                 self._load_gate = asyncio.Semaphore(max(1, self.max_loading))
             async with self._load_gate:
@@ -238,7 +280,8 @@ class Registry:
         self._event("loading", model=spec.name)
         try:
             try:
-                model = await asyncio.to_thread(loader, spec)
+                early = self._early.pop(spec.name, None)  # begun by preload(): wait for it
+                model = await (asyncio.wrap_future(early) if early is not None else asyncio.to_thread(loader, spec))
             except ModelLoadFailed as e:  # the runtime's own reason; say which model it was
                 self.load_failures += 1
                 raise ModelLoadFailed(f"model '{spec.name}' failed to load: {e.message}") from e
@@ -346,6 +389,8 @@ class Registry:
                 except Exception:
                     log.exception("reaper failed")
         self._reaper = asyncio.get_running_loop().create_task(loop())
+        for name in list(self._early):  # preloads become load tasks: registered once done
+            self._load_started(self.specs[name])
 
     async def close(self) -> None:
         if self._reaper:
