@@ -83,7 +83,7 @@ class Registry:
     _loading: dict[str, asyncio.Task] = field(default_factory=dict)
     _load_gate: asyncio.Semaphore | None = None
     _reaper: asyncio.Task | None = None
-    _early: dict[str, concurrent.futures.Future] = field(default_factory=dict)  # preloads not yet adopted
+    _early: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)  # preloads not yet adopted
     # Getting models at run time (service/models.py): `listener(event, fields)` hears loading,
     # loaded, failed, unloaded; with `fetch_missing`, a name `downloadable` says it can fetch
     # resolves to a pending spec that is downloaded (once, in the load task, before the load
@@ -235,7 +235,8 @@ class Registry:
         for spec in specs:
             if spec.name in self.loaded or spec.name in self._early or spec.source == "download":
                 continue
-            self._early[spec.name] = fut = concurrent.futures.Future()
+            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self._early[spec.name] = fut
             todo.append((spec, self.loader_for(spec), fut))
 
         def run() -> None:
