@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from inferd import __version__
@@ -21,7 +23,6 @@ log = logging.getLogger("inferd")
 def cmd_serve(ns: argparse.Namespace) -> int:
     from inferd.logs import setup_logging
     from inferd.registry.pull.cli import prepare_serve
-    from inferd.service import InferenceService
 
     settings = settings_from(ns)
     settings.check_bind()
@@ -32,10 +33,21 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         from inferd.cluster.cli import serve_on_ray
 
         return serve_on_ray(ns.ray, ns.cluster_config, settings)
+    # Preloads begin before most of inferd is imported: the native load (llama.cpp's vocabulary
+    # alone is ~0.5 s for gemma 3) runs beside those imports on the second core (issue 31,
+    # docs/benchmarks.md "Cold start"). The built-in chat model's file is known before
+    # discovery, so its parse starts first; the registry's preload then takes it.
+    early = prefetch_builtin_generator(settings)
+    from inferd.service import InferenceService
+
     service = InferenceService.from_settings(settings)
-    # Before the web stack is imported: the native load (llama.cpp's vocabulary alone is ~0.5 s)
-    # runs beside those imports on the second core (issue 31, docs/benchmarks.md "Cold start").
-    service.registry.preload(preload_names(settings.preload, service.registry.specs.values()))
+    names = preload_names(settings.preload, service.registry.specs.values())
+    if early and early not in names:  # a models dir brought generators: auto names none
+        from inferd.runtimes.llama_cpp.model import drop_prefetched
+
+        drop_prefetched()
+    service.registry.preload(names, between=lambda: wait_idle(lambda: service.admission.in_flight > 0,
+                                                              quiet_s=0.5, at_most_s=10))
     import uvicorn
 
     from inferd.api.app import create_app
@@ -64,6 +76,29 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
+BUILTIN_CHAT = "gemma-3-270m"  # what `--preload auto` loads first (the benchmarks' model)
+
+
+def prefetch_builtin_generator(settings: Any) -> str | None:
+    """`--preload auto` with the built-ins: begin llama.cpp's parse of the built-in chat model's
+    GGUF on a thread now (assembled from its package and self-checked there first). -> its
+    name, or None when not begun. Discovery may still find that auto names nothing (the
+    caller then drops it)."""
+    if settings.preload != ["auto"] or not settings.builtins or settings.models:
+        return None
+    from inferd.runtimes.llama_cpp import model, selfcheck
+
+    def locate() -> Path:
+        from inferd.registry.builtins import gemma_270m_path
+
+        path = gemma_270m_path()
+        selfcheck.require(path, settings.n_threads or os.cpu_count() or 1, BUILTIN_CHAT)
+        return path
+
+    model.prefetch(locate, settings.n_gpu_layers)
+    return BUILTIN_CHAT
+
+
 def preload_names(asked: list[str], specs: Iterable[ModelSpec]) -> list[str]:
     """--preload's names: `auto` is the built-in generators (gemma-3-270m first, the model the
     benchmarks start) unless another generator is configured, whose owner names it; `none`
@@ -75,7 +110,7 @@ def preload_names(asked: list[str], specs: Iterable[ModelSpec]) -> list[str]:
         gens = [s for s in specs if s.kind is ModelKind.GENERATOR]
         if any(s.source != "builtin" for s in gens):
             return []
-        return [s.name for s in sorted(gens, key=lambda s: s.name != "gemma-3-270m")]
+        return [s.name for s in sorted(gens, key=lambda s: s.name != BUILTIN_CHAT)]
     if "auto" in asked or "none" in asked:
         raise ConfigError("--preload: 'auto' and 'none' stand alone, not in a list of names")
     return asked

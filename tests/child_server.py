@@ -21,13 +21,14 @@ from tests.server import free_port
 
 @contextlib.contextmanager
 def child_server(models_dir: Path | None, *flags: str, env: dict[str, str] | None = None,
-                 wait: bool = True) -> Iterator[tuple[str, subprocess.Popen]]:
+                 wait: bool = True, builtins: bool = False) -> Iterator[tuple[str, subprocess.Popen]]:
     # The child binds the port itself, so another process may take it between free_port() and
     # the bind: a start that fails with "address already in use" is retried on a new port.
     for attempt in range(3):
         port = free_port()
-        cmd = [sys.executable, "-m", "inferd", "serve", "--port", str(port), "--no-builtins", "--threads", "1",
-               "--models-dir", str(models_dir or "/nonexistent/models"), "--ml-dir", "/nonexistent/ml", *flags]
+        cmd = [sys.executable, "-m", "inferd", "serve", "--port", str(port), *([] if builtins else ["--no-builtins"]),
+               "--threads", "1", "--models-dir", str(models_dir or "/nonexistent/models"), "--ml-dir",
+               "/nonexistent/ml", *flags]
         # The log goes to a file: a pipe nobody reads fills up and blocks the server.
         log = tempfile.NamedTemporaryFile("w+b", prefix="inferd-child-", suffix=".log")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **(env or {})})

@@ -68,3 +68,64 @@ def test_an_unknown_preload_name_stops_the_start(tmp_path):
     with pytest.raises(RuntimeError, match="preload"):
         with child_server(tmp_path, "--preload", "no-such-model"):
             pass
+
+
+# ---- the native prefetch (model.py): the built-in chat model's parse, begun before discovery ----
+TINY = __import__("pathlib").Path(__file__).parent / "fixtures" / "gguf" / "tiny-llama.gguf"
+
+
+def test_a_prefetched_model_is_taken_once_by_the_load_of_its_file():
+    from inferd.runtimes.llama_cpp import model
+
+    where = []
+
+    def locate():
+        where.append(__import__("threading").current_thread().name)
+        return TINY
+
+    model.prefetch(locate, 0)
+    first = model.open_model(TINY, 0)
+    second = model.open_model(TINY, 0)  # nothing left to take: a load of its own
+    try:
+        assert where == ["prefetch"] and first is not second and first.n_vocab == second.n_vocab > 0
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_prefetch_of_another_file_or_a_failed_locate_is_not_taken_and_is_dropped(tmp_path):
+    from inferd.runtimes.llama_cpp import model
+
+    other = tmp_path / "other.gguf"
+    other.write_bytes(TINY.read_bytes())
+    model.prefetch(lambda: other, 0)
+
+    def refuse():
+        raise RuntimeError("not installed")
+
+    model.prefetch(refuse, 0)
+    m = model.open_model(TINY, 0)  # neither is this file: a load of its own
+    m.close()
+    pending = list(model._prefetches)
+    assert len(pending) == 2
+    model.drop_prefetched()
+    assert model._prefetches == []
+    kept = pending[0].model.result(30)
+    deadline = time.time() + 10
+    while kept.ptr is not None and time.time() < deadline:  # closed once ready
+        time.sleep(0.05)
+    assert kept.ptr is None
+
+
+@pytest.mark.slow
+def test_auto_on_the_built_ins_loads_gemma_then_smollm2_and_answers_from_the_prefetched_parse():
+    with child_server(None, "--preload", "auto", "--log-level", "info", builtins=True) as (url, _proc):
+        deadline = time.time() + 60
+        while len(loaded(url)) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert sorted(loaded(url)) == ["gemma-3-270m", "smollm2-135m-instruct"]
+        r = httpx.post(url + "/v1/completions", json={"model": "gemma-3-270m", "prompt": "The capital of France is",
+                                                     "max_tokens": 3, "temperature": 0}, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+        assert 'inferd_model_loads_total{model="gemma-3-270m"} 1' in metrics

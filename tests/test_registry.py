@@ -177,3 +177,13 @@ def test_preload_of_an_unknown_name_is_a_config_error():
 
     with pytest.raises(ConfigError, match="--preload"):
         make(Loads()).preload(["nope"])
+
+
+def test_preload_waits_between_models():
+    loads, waits = ThreadLoads(), []
+    reg = make(loads)
+    reg.preload(["a", "b", "c"], between=lambda: waits.append(list(loads.calls)))
+    deadline = time.time() + 5
+    while len(loads.calls) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    assert waits == [["a"], ["a", "b"]]  # before each load but the first

@@ -222,11 +222,13 @@ class Registry:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
-    def preload(self, names: Iterable[str]) -> list[str]:
+    def preload(self, names: Iterable[str], between: Callable[[], None] = lambda: None) -> list[str]:
         """Begin loading these served models now, one after another on a thread of their own
-        (no event loop is needed: called before the server runs), in the order given. -> their
-        names. An unknown name is a ConfigError; a load that fails is logged when adopted and
-        retried on first use."""
+        (no event loop is needed: called before the server runs), in the order given, calling
+        `between()` before each but the first (the server waits there until no request is in
+        flight: a second load would slow the first model's first answer). -> their names. An
+        unknown name is a ConfigError; a load that fails is logged when adopted and retried
+        on first use."""
         try:
             specs = [self.resolve(n) for n in names]
         except ModelNotFound as e:
@@ -240,7 +242,9 @@ class Registry:
             todo.append((spec, self.loader_for(spec), fut))
 
         def run() -> None:
-            for spec, loader, fut in todo:
+            for i, (spec, loader, fut) in enumerate(todo):
+                if i:
+                    between()
                 log.info("preloading %s %s (%s)", spec.kind.value, spec.name, spec.format)
                 try:
                     fut.set_result(loader(spec))

@@ -19,7 +19,7 @@ from inferd.models import ModelSpec, model_ggufs
 from inferd.runtimes.llama_cpp import selfcheck
 from inferd.runtimes.llama_cpp.grammar_vocab import GrammarVocabView
 from inferd.runtimes.llama_cpp.context import KV_BYTES, KV_TYPES, ContextConfig, LlamaContext
-from inferd.runtimes.llama_cpp.model import LlamaModel
+from inferd.runtimes.llama_cpp.model import LlamaModel, open_model
 from inferd.runtimes.llama_cpp.sampling import Sampler, token_logprob
 from inferd.runtimes.llama_cpp.vision import ImageChunk, Projector
 from inferd.runtimes.options import RuntimeOptions
@@ -63,7 +63,7 @@ class LlamaGenerator:
         weights = resolve_gguf(spec)
         # Before this process touches the weights: a type whose kernels die here is refused (selfcheck.py).
         self.quant_type = selfcheck.require(weights, n_threads or os.cpu_count() or 1, spec.name)
-        self.model = LlamaModel(weights, n_gpu_layers)
+        self.model = open_model(weights, n_gpu_layers)  # begun by --preload's prefetch, or now
         try:
             asked = n_ctx or spec.manifest.get("n_ctx") or spec.manifest.get("context_length")
             want = int(asked or DEFAULT_CTX)
