@@ -38,11 +38,22 @@ def drop_caches(g) -> None:
     g.scheduler.call_when_idle(lambda: None).result(30)
 
 
+def equals_cold(g, prompt, reused, n=12) -> None:
+    """The same prompt with every cache dropped: a cold prefill, and the same greedy tokens."""
+    drop_caches(g)
+    cold = run(g, prompt, n)
+    assert cold.last.usage.cached_prompt_tokens == 0
+    assert reused.tokens == cold.tokens
+
+
+STORY = "A long story about a lighthouse keeper and the sea, night after night. " * 110
+
+
 def test_one_slot_keeps_a_small_window_and_refuses_a_prefix_cut_past_it():
     g = load(1)
     try:
         tok = g.runtime.tokenize
-        a = tok("A long story about a lighthouse keeper and the sea, night after night. " * 110)
+        a = tok(STORY)
         assert len(a) > 1600
         run(g, a, 2)
         # the sliding-window layers hold about n_swa + n_batch cells, not the whole sequence:
@@ -52,10 +63,7 @@ def test_one_slot_keeps_a_small_window_and_refuses_a_prefix_cut_past_it():
         cut = run(g, b, 12)
         assert cut.last.usage.cached_prompt_tokens == 0  # refused: position 400's window is gone
         assert g.scheduler.stats.prompt_cache_refused == 1
-        drop_caches(g)
-        cold = run(g, b, 12)
-        assert cold.last.usage.cached_prompt_tokens == 0
-        assert cut.tokens == cold.tokens
+        equals_cold(g, b, cut)
     finally:
         g.close()
 
@@ -64,17 +72,14 @@ def test_one_slot_second_turn_reuses_past_the_window_and_equals_cold():
     g = load(1)
     try:
         tok = g.runtime.tokenize
-        a = tok("A long story about a lighthouse keeper and the sea, night after night. " * 110)
+        a = tok(STORY)
         first = run(g, a, 24)
         turn2 = a + first.tokens[:-3] + tok(" And then the storm came.", add_special=False)
         warm = run(g, turn2, 12)
         # the divergence is three tokens before the end: within the window, so reused
         assert warm.last.usage.cached_prompt_tokens == len(a) + len(first.tokens) - 3
         assert g.scheduler.stats.prompt_cache_refused == 0
-        drop_caches(g)
-        cold = run(g, turn2, 12)
-        assert cold.last.usage.cached_prompt_tokens == 0
-        assert warm.tokens == cold.tokens
+        equals_cold(g, turn2, warm)
     finally:
         g.close()
 
@@ -82,7 +87,7 @@ def test_one_slot_second_turn_reuses_past_the_window_and_equals_cold():
 def test_several_slots_keep_every_cell():
     g = load(2)
     try:
-        a = g.runtime.tokenize("A long story about a lighthouse keeper and the sea, night after night. " * 110)
+        a = g.runtime.tokenize(STORY)
         run(g, a, 2)
         busy = next(s for s in g.scheduler.slots if s.cache)
         assert pos_min(g, busy.id) == 0  # swa_full: nothing dropped

@@ -17,9 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferd.api.errors import error_response, family_of
+from inferd.api.middleware import replay
 
 Endpoint = Callable[..., Awaitable[Response]]  # (request model, Request, service) -> Response
 
@@ -49,25 +50,13 @@ class FastLane:
         try:
             req = lane.model.model_validate_json(body)
         except ValidationError:  # FastAPI words the error, as for any other route
-            return await self.app(scope, _replay(body, receive), send)
+            return await self.app(scope, replay({"type": "http.request", "body": body, "more_body": False}, receive), send)
         scope["route"] = lane.route
         try:
             response = await lane.endpoint(req, Request(scope, receive), self.service)
         except Exception as e:  # noqa: BLE001 (the app's handlers, InferdError or not: one table)
             response = error_response(e, family_of(scope["path"]))
         await response(scope, receive, send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-    return replay
 
 
 def embedding_lanes() -> dict[str, Lane]:

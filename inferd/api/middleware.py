@@ -262,13 +262,18 @@ class JsonTextGuard:
             err = InvalidInput("the request body holds a lone UTF-16 surrogate escape (such as \\ud800): "
                                "JSON strings must be valid Unicode")
             return await error_response(err, family_of(scope["path"]))(scope, receive, send)
-        replayed = False
+        await self.app(scope, replay(first or {"type": "http.request", "body": body, "more_body": False}, receive),
+                       send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return first or {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+def replay(first: Message, receive: Receive) -> Receive:
+    """A `receive` that gives `first` (a body already read, whole) once, then the real one."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return first
+        return await receive()
+    return again

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from inferd.api.errors import error_body, family_of
+from inferd.api.middleware import replay
 from inferd.cluster.bridge import ForwardedRequest
 from inferd.errors import InferdError, InferenceFailed
 
@@ -78,7 +79,8 @@ class ModelForwarder:
             more = msg.get("more_body", False)
         target, parsed = self._pick(scope["path"], bytes(body), dict(scope.get("headers") or []))
         if target is None:
-            return await self.app(scope, _replay(bytes(body), receive), send)
+            return await self.app(scope, replay({"type": "http.request", "body": bytes(body), "more_body": False},
+                                                receive), send)
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or []
                    if k.decode("latin-1").lower() in _PASS]
         req = ForwardedRequest(scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1"),
@@ -167,19 +169,6 @@ async def _send_json(send: Any, status: int, body: dict[str, Any], headers: dict
     hdrs += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
     await send({"type": "http.response.body", "body": raw, "more_body": False})
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def again() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return again
 
 
 async def _until_disconnect(stream: Stream, receive: Any) -> AsyncIterator[Any]:
