@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import logging
 from typing import Any
 
@@ -123,7 +124,12 @@ def create_app(settings: Settings, service: InferenceService | None = None,
             if service.observer.tracer is not None:  # flush the last spans
                 service.observer.tracer.close()
 
-    app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    # FastAPI's own OpenTelemetry hooks (0.150+) look up the global providers on every request
+    # (environment reads); inferd traces requests itself (observability/), so they stay off.
+    quiet: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+             if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+    app = FastAPI(title="inferd", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None,
+                  **quiet)
     app.state.service = service
     app.state.settings = settings
     app.state.responses = responses
