@@ -4,6 +4,7 @@ answer /health, and an `inferd serve` subprocess."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import socket
 import subprocess
 import sys
@@ -41,15 +42,19 @@ class InferdServer:
                  builtins: bool = True, src: str | None = None, ml_dir: str | os.PathLike | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # no generator loads unless asked for (`--preload` in `extra` overrides): a benchmark of
+        # another kind should not share its first seconds with the built-in generators' loads
         env = {**os.environ, "INFERD_MODELS_DIR": str(models_dir or "/nonexistent"),
-               "INFERD_ML_DIR": str(ml_dir or "/nonexistent")}
+               "INFERD_ML_DIR": str(ml_dir or "/nonexistent"), "INFERD_PRELOAD": "none"}
         if src:
             env["PYTHONPATH"] = src
         argv = [sys.executable, "-m", "inferd", "serve", "--port", str(self.port), "--threads", str(threads),
                 "--log-level", "warning", *extra]
         if not builtins:
             argv.append("--no-builtins")
-        self.proc = subprocess.Popen(argv, env=env)
+        # `python -m` puts the working directory first on sys.path: run in `src` (or in this
+        # tree), else a checkout in the caller's directory is what runs, whatever PYTHONPATH says
+        self.proc = subprocess.Popen(argv, env=env, cwd=src or Path(__file__).resolve().parent.parent)
         wait_healthy(self.url, self.proc)
 
     def close(self) -> None:

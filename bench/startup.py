@@ -102,7 +102,9 @@ def cold_start(argv: list[str], env: dict[str, str] | None, port: int, name: str
     url = f"http://127.0.0.1:{port}"
     log = tempfile.TemporaryFile()  # not a pipe: llama.cpp's chatter would fill it and block
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    # `python -m inferd` imports from the working directory first: run another tree in itself
+    cwd = (env or {}).get("PYTHONPATH") or str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log, cwd=cwd)
     try:
         with httpx.Client(timeout=1) as client:
             while True:
