@@ -321,9 +321,13 @@ def peer_argv(binary: Path, path: Path, port: int, threads: int, slots: int, ctx
             "--no-webui", *extra.split()]
 
 
+INFERD_EXTRA: list[str] = []  # --inferd-args
+
+
 def inferd_argv(port: int, threads: int, slots: int, ctx: int) -> list[str]:
     return [sys.executable, "-m", "inferd", "serve", "--port", str(port), "--threads", str(threads),
-            "--parallel", str(slots), "--ctx-size", str(ctx), "--log-level", "warning"]
+            "--parallel", str(slots), "--ctx-size", str(ctx), "--log-level", "warning",
+            "--preload", "gemma-3-270m", *INFERD_EXTRA]  # loaded at start, as llama-server's model; not smollm2 too
 
 
 # ---- long-prompt prefill ---------------------------------------------------------------------------
@@ -506,6 +510,7 @@ def main() -> None:
     ap.add_argument("--no-single", action="store_true", help="skip the in-process single-stream comparison")
     ap.add_argument("--no-spec", action="store_true", help="skip the speculation workloads")
     ap.add_argument("--only-spec", action="store_true", help="the speculation workloads alone")
+    ap.add_argument("--inferd-args", default="", help="more inferd flags, e.g. --inferd-args=--no-spec-auto")
     ap.add_argument("--peer-args", default="", help="more llama-server flags, e.g. --peer-args=--swa-full (with '=')")
     ap.add_argument("--prefill", action="store_true", help="only the long-prompt prefill comparison")
     ap.add_argument("--prefill-tokens", type=int, default=4000)
@@ -515,6 +520,7 @@ def main() -> None:
     a = ap.parse_args()
     global PROFILE
     PROFILE = a.thread_cpu
+    INFERD_EXTRA[:] = a.inferd_args.split()
     if a.only_spec:
         a.no_peer = a.no_raw = a.no_single = True
         a.streams, a.rounds = "1", 0
