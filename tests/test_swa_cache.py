@@ -6,6 +6,8 @@ window, and every reuse it allows must give the tokens of a cold run."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from inferd.models import ModelKind
@@ -17,11 +19,16 @@ from tests.test_gen_engine import Run
 pytestmark = pytest.mark.slow
 
 
-def load(parallel: int):
+@contextlib.contextmanager
+def loaded(parallel: int):
     from inferd.registry.builtins import gemma_270m_path
 
     spec = make_spec("g", gemma_270m_path(), "cli", ModelKind.GENERATOR)
-    return LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=2, parallel=parallel, n_ctx=3072))
+    g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=2, parallel=parallel, n_ctx=3072))
+    try:
+        yield g
+    finally:
+        g.close()
 
 
 def run(g, prompt, n=8):
@@ -50,8 +57,7 @@ STORY = "A long story about a lighthouse keeper and the sea, night after night. 
 
 
 def test_one_slot_keeps_a_small_window_and_refuses_a_prefix_cut_past_it():
-    g = load(1)
-    try:
+    with loaded(1) as g:
         tok = g.runtime.tokenize
         a = tok(STORY)
         assert len(a) > 1600
@@ -64,13 +70,10 @@ def test_one_slot_keeps_a_small_window_and_refuses_a_prefix_cut_past_it():
         assert cut.last.usage.cached_prompt_tokens == 0  # refused: position 400's window is gone
         assert g.scheduler.stats.prompt_cache_refused == 1
         equals_cold(g, b, cut)
-    finally:
-        g.close()
 
 
 def test_one_slot_second_turn_reuses_past_the_window_and_equals_cold():
-    g = load(1)
-    try:
+    with loaded(1) as g:
         tok = g.runtime.tokenize
         a = tok(STORY)
         first = run(g, a, 24)
@@ -80,13 +83,10 @@ def test_one_slot_second_turn_reuses_past_the_window_and_equals_cold():
         assert warm.last.usage.cached_prompt_tokens == len(a) + len(first.tokens) - 3
         assert g.scheduler.stats.prompt_cache_refused == 0
         equals_cold(g, turn2, warm)
-    finally:
-        g.close()
 
 
 def test_several_slots_keep_every_cell():
-    g = load(2)
-    try:
+    with loaded(2) as g:
         a = g.runtime.tokenize(STORY)
         run(g, a, 2)
         busy = next(s for s in g.scheduler.slots if s.cache)
@@ -96,5 +96,3 @@ def test_several_slots_keep_every_cell():
         assert cut.last.usage.cached_prompt_tokens == 400
         assert busy.cache[:400] == a[:400]
         assert g.scheduler.stats.prompt_cache_refused == 0
-    finally:
-        g.close()
