@@ -23,6 +23,7 @@ class Model:
 class Loads:
     def __init__(self, fail_first=0, delay=0.0):
         self.calls, self.fail_first, self.delay, self.lock = [], fail_first, delay, threading.Lock()
+        self.made: list[Model] = []
 
     def __call__(self, spec):
         with self.lock:
@@ -31,7 +32,8 @@ class Loads:
         time.sleep(self.delay)
         if n <= self.fail_first:
             raise RuntimeError("disk on fire")
-        return Model(spec.name)
+        self.made.append(Model(spec.name))
+        return self.made[-1]
 
 
 def specs(*names, kind=ModelKind.EMBEDDER):
@@ -187,3 +189,23 @@ def test_preload_waits_between_models():
     while len(loads.calls) < 3 and time.time() < deadline:
         time.sleep(0.01)
     assert waits == [["a"], ["a", "b"]]  # before each load but the first
+
+
+def test_a_preload_that_cannot_fit_the_memory_budget_is_refused_and_closed():
+    from inferd.errors import MemoryBudgetExceeded
+
+    loads = Loads()
+    big = ModelSpec(name="big", kind=ModelKind.EMBEDDER, format="onnx", path=None, source="test", size_bytes=10_000)
+    reg = Registry.build([big], lambda spec: loads, max_memory=1_000)
+    reg.preload(["big"])
+
+    async def serve():
+        with pytest.raises(MemoryBudgetExceeded):
+            async with reg.use("big"):
+                pass
+
+    asyncio.run(serve())
+    deadline = time.time() + 5
+    while not (loads.made and loads.made[-1].closed) and time.time() < deadline:
+        time.sleep(0.01)
+    assert loads.made[-1].closed and reg.loaded == {}  # built on its thread, then closed, never registered

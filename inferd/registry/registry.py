@@ -277,15 +277,20 @@ class Registry:
             self._loading.pop(key, None)
 
     async def _load(self, spec: ModelSpec) -> Loaded:
-        loader = self.loader_for(spec)  # raises NotImplementedYet for a format with no runtime
-        await self._make_room(spec.name, self.estimate(spec))
+        early = self._early.pop(spec.name, None)  # begun by preload(): waited for below
+        try:
+            loader = self.loader_for(spec)  # raises NotImplementedYet for a format with no runtime
+            await self._make_room(spec.name, self.estimate(spec))
+        except BaseException:
+            if early is not None:  # refused (no room): the preloaded model is closed once built
+                early.add_done_callback(_close_result)
+            raise
         t0 = time.perf_counter()
         log.info("loading %s %s (%s) from %s", spec.kind.value, spec.name, spec.format, spec.path or spec.source)
         self.loads += 1
         self._event("loading", model=spec.name)
         try:
             try:
-                early = self._early.pop(spec.name, None)  # begun by preload(): wait for it
                 model = await (asyncio.wrap_future(early) if early is not None else asyncio.to_thread(loader, spec))
             except ModelLoadFailed as e:  # the runtime's own reason; say which model it was
                 self.load_failures += 1
@@ -415,6 +420,12 @@ class Registry:
                         "expires_at": None if math.isinf(exp) else wall + (exp - now),
                         "load_seconds": e.load_seconds, "size_bytes": e.size_bytes})
         return out
+
+
+def _close_result(fut: concurrent.futures.Future[Any]) -> None:
+    if fut.exception() is None:
+        with contextlib.suppress(Exception):
+            fut.result().close()
 
 
 def _mib(n: int) -> str:
