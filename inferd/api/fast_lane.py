@@ -11,6 +11,7 @@ OpenAPI document), and a domain error leaves through the one error table."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferd.api.errors import error_response, family_of
 from inferd.api.middleware import replay
+from inferd.errors import InferdError
+
+log = logging.getLogger("inferd.api")
 
 Endpoint = Callable[..., Awaitable[Response]]  # (request model, Request, service) -> Response
 
@@ -55,6 +59,8 @@ class FastLane:
         try:
             response = await lane.endpoint(req, Request(scope, receive), self.service)
         except Exception as e:  # noqa: BLE001 (the app's handlers, InferdError or not: one table)
+            if not isinstance(e, InferdError):  # a bug, not the request: its traceback is logged
+                log.exception("unexpected error in %s %s", scope["method"], scope["path"])
             response = error_response(e, family_of(scope["path"]))
         await response(scope, receive, send)
 

@@ -86,7 +86,12 @@ def open_model(path: Path, n_gpu_layers: int = 0) -> LlamaModel:
     with _prefetch_lock:
         jobs = list(_prefetches)
     for job in jobs:
-        if job.n_gpu_layers != n_gpu_layers or job.path.exception() is not None or job.path.result() != Path(path):
+        if job.path.exception() is not None:  # nothing was prefetched: forget it
+            with _prefetch_lock:
+                if job in _prefetches:
+                    _prefetches.remove(job)
+            continue
+        if job.n_gpu_layers != n_gpu_layers or job.path.result() != Path(path):
             continue
         with _prefetch_lock:
             if job not in _prefetches:
