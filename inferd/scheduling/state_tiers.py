@@ -92,9 +92,10 @@ class StateTiers:
 
     def reusable(self, slot: Slot, keep: int) -> bool:
         """Does the sequence, cut to `keep` tokens, still hold the cells its next position
-        attends to? A live slot does (the context keeps every cell: swa_full), but a state
-        restored from RAM or disk holds a sliding-window layer's cells only near its end, so
-        cut further back it cannot be resumed (llama-server's "forcing full prompt
+        attends to? A live slot of a several-slot context does (it keeps every cell:
+        swa_full), but a one-slot context keeps only ~n_swa + n_batch cells in its
+        sliding-window layers, and a state restored from RAM or disk holds them only near its
+        end, so cut further back either cannot be resumed (llama-server's "forcing full prompt
         re-processing"): then the prompt is prefilled whole, counted in prompt_cache_refused."""
         check = getattr(self.backend, "reusable", None)
         return check is None or check(slot.id, keep)
