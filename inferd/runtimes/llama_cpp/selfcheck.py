@@ -130,7 +130,23 @@ def cache_dir() -> Path:
     return Path(base) / "inferd" / "selfcheck"
 
 
+_types: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> file_type(): read once per file
+
+
 def file_type(path: Path) -> str:
+    """The GGUF's quantization type name, read once per file as it is (a start that prefetches
+    the built-in chat model checks it there, and the load checks it again)."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return _read_file_type(path)  # no such file: whatever it says, not remembered
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _types:
+        _types[key] = _read_file_type(path)
+    return _types[key]
+
+
+def _read_file_type(path: Path) -> str:
     """The GGUF's quantization type name (`general.file_type`). Read from the file's header in
     Python (a few tens of ms): a vocabulary-only load through llama.cpp took a second or more
     on each load of a model with a large vocabulary (gemma's 262k tokens) before the real load

@@ -180,10 +180,8 @@ class WhisperRuntime:
             pending = still
             if not pending:
                 return
-        for i in pending:  # every temperature failed: the likeliest non-repetitive candidate
-            ok = [c for c in candidates[i]
-                  if opts.compression_ratio_threshold is None or c[3] <= opts.compression_ratio_threshold]
-            best = max(ok or candidates[i], key=lambda c: c[1])
+        for i in pending:
+            best = last_resort(candidates[i], opts, ratio_at=3)
             picked[i] = (best[0], best[1], opts.temperatures[-1], best[3])
 
     def _add_words(self, chunks, enc, out: list[ChunkResult], frames: list[int], task: str) -> None:
@@ -226,6 +224,15 @@ def check_language(name: str, language: str | None, languages: Any, multilingual
 def compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def last_resort(candidates: list[Any], opts: Any, ratio_at: int) -> Any:
+    """Every temperature failed: the likeliest candidate (average log-probability at index 1)
+    whose compression ratio (at `ratio_at`) is under the threshold, else the likeliest of all.
+    Both Whisper paths (CTranslate2, ONNX) keep their candidates as tuples of their own."""
+    ok = [c for c in candidates
+          if opts.compression_ratio_threshold is None or c[ratio_at] <= opts.compression_ratio_threshold]
+    return max(ok or candidates, key=lambda c: c[1])
 
 
 def needs_fallback(opts: Any, ratio: float, avg_logprob: float, no_speech_prob: float) -> bool:

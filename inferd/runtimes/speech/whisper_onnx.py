@@ -27,7 +27,8 @@ import numpy as np
 from inferd.errors import CapabilityMissing, ModelLoadFailed
 from inferd.runtimes.onnx.decoding import GenConfig, beam_search, greedy, log_softmax
 from inferd.runtimes.speech.mel import LogMel
-from inferd.runtimes.speech.whisper import check_language, compression_ratio, needs_fallback, split_by_timestamps
+from inferd.runtimes.speech.whisper import (check_language, compression_ratio, last_resort, needs_fallback,
+                                            split_by_timestamps)
 from inferd.speech_types import Chunk, ChunkResult, DecodeOptions, Segment
 
 log = logging.getLogger("inferd.runtimes.speech")
@@ -409,8 +410,6 @@ class WhisperOnnxRuntime:
             pending = still
             if not pending:
                 return
-        for r in pending:  # every temperature failed: the likeliest non-repetitive candidate
-            ok = [c for c in candidates[r]
-                  if opts.compression_ratio_threshold is None or c[4] <= opts.compression_ratio_threshold]
-            best = max(ok or candidates[r], key=lambda c: c[1])
+        for r in pending:
+            best = last_resort(candidates[r], opts, ratio_at=4)
             picked[r] = (best[0], best[1], best[2], opts.temperatures[-1], best[4])
