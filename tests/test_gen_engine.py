@@ -52,12 +52,18 @@ def go(g, prompt, max_tokens=32, **sp) -> Run:
     return r
 
 
-@pytest.fixture(scope="module")
-def gen():
-    """The handle the composition root builds: llama.cpp backend + continuous-batching engine."""
+def load_tiny() -> GeneratorHandle:
+    """The handle the composition root builds: llama.cpp backend + continuous-batching engine,
+    on the tiny fixture with 4 slots (also the speculation tests' generator)."""
     spec = make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR)
     g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=4))
     assert isinstance(g, GeneratorHandle)
+    return g
+
+
+@pytest.fixture(scope="module")
+def gen():
+    g = load_tiny()
     yield g
     g.close()
 

@@ -10,20 +10,15 @@ import pytest
 
 from inferd.registry.discovery import make_spec
 from inferd.models import ModelKind
-from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.speculation import NGRAM, Speculation, ngram_lookup
-from inferd.service.handles import GeneratorHandle
-from inferd.service.loading import LOADERS
-from tests.test_gen_engine import Run, fresh, prompts
+from tests.test_gen_engine import Run, fresh, load_tiny, prompts
 
 GGUF = Path(__file__).parent / "fixtures" / "gguf"
 
 
 @pytest.fixture(scope="module")
 def gen():
-    spec = make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR)
-    g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=4))
-    assert isinstance(g, GeneratorHandle)
+    g = load_tiny()
     yield g
     g.close()
 

@@ -19,14 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inferd.models import ModelKind
-from inferd.registry.discovery import make_spec
-from inferd.runtimes.options import RuntimeOptions
 from inferd.scheduling.ngram import ContextIndex, NgramPool, _hash, ngram_lookup
 from inferd.scheduling.speculation import AUTO_NGRAM_K, Speculation
-from inferd.service.handles import GeneratorHandle
-from inferd.service.loading import LOADERS
-from tests.test_gen_engine import Run, fresh
+from tests.test_gen_engine import Run, fresh, load_tiny
 
 GGUF = Path(__file__).parent / "fixtures" / "gguf"
 WORDS = ["hello", "world", "the", "other", "one", "is", "here", "there", "at", "in"]
@@ -34,9 +29,7 @@ WORDS = ["hello", "world", "the", "other", "one", "is", "here", "there", "at", "
 
 @pytest.fixture(scope="module")
 def gen():
-    spec = make_spec("tiny", GGUF / "tiny-llama.gguf", "cli", ModelKind.GENERATOR)
-    g = LOADERS[(ModelKind.GENERATOR, "gguf")](spec, RuntimeOptions(threads=1, parallel=4))
-    assert isinstance(g, GeneratorHandle)
+    g = load_tiny()
     yield g
     g.close()
 
